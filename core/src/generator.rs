@@ -1,0 +1,657 @@
+//! The generator's state machine: which id comes next, when to wait for the next tick, and what
+//! to do when the clock steps back. It follows CosId's `AbstractSnowflakeId` and
+//! `DefaultClockBackwardsSynchronizer`, made lock-free so that every backend of a server can
+//! share one generator.
+//!
+//! Pure: the clock is passed in, and nothing here calls into PostgreSQL, so the rules are
+//! unit-tested with a scripted clock and with real threads.
+//!
+//! # The state word
+//!
+//! The whole mutable state of a generator is one `AtomicU64`, `word`: the last id issued, whose
+//! fields are the last tick, the machine id and the last sequence. Issuing an id is one
+//! compare-and-swap of `word` from the last id to the new one. Because every issued id is strictly
+//! greater than the word it replaces, ids are unique and increase for every caller. The machine id
+//! lives in the word too, so a backend that read an old machine id cannot issue with it after
+//! the word has moved on: its compare-and-swap fails.
+//!
+//! Bit 63, never used by an id, marks the generator closed: it has no machine id it may use.
+//!
+//! A freshly opened generator's word is a *floor*, `(floor tick, machine id, max sequence)`,
+//! which no id has: the next id is then in a later tick, or CosId's normal rules would give it a
+//! sequence greater than the maximum, which forces the wait for the next tick.
+
+use crate::layout::{IdParts, Layout, TimeRangeError};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const CLOSED_BIT: u64 = 1 << 63;
+
+/// CosId's default sequence reset threshold: a new tick restarts the sequence only once it has
+/// reached this value, so that `id % n` sharding stays even at low rates.
+pub const DEFAULT_SEQUENCE_RESET_THRESHOLD: u32 = 2047;
+/// CosId's `DefaultClockBackwardsSynchronizer` defaults.
+pub const DEFAULT_SPIN_THRESHOLD_MS: u64 = 1;
+pub const DEFAULT_BROKEN_THRESHOLD_MS: u64 = 500;
+
+/// The immutable part of a generator, fixed when the server starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct GeneratorConfig {
+    pub layout: Layout,
+    pub sequence_reset_threshold: u32,
+}
+
+/// How far a clock step back may go before the generator gives up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardsPolicy {
+    /// Up to this far behind, busy-wait for the clock to catch up.
+    pub spin_threshold_ms: u64,
+    /// Up to this far behind, sleep until the clock catches up; beyond it, refuse.
+    pub broken_threshold_ms: u64,
+}
+
+impl Default for BackwardsPolicy {
+    fn default() -> Self {
+        BackwardsPolicy {
+            spin_threshold_ms: DEFAULT_SPIN_THRESHOLD_MS,
+            broken_threshold_ms: DEFAULT_BROKEN_THRESHOLD_MS,
+        }
+    }
+}
+
+/// What the generator needs from its surroundings. The server's implementation reads the real
+/// clocks and checks for query cancellation while it waits; tests script it.
+pub trait Clock {
+    /// Wall-clock time, Unix milliseconds: the source of every id's timestamp.
+    fn unix_ms(&mut self) -> i64;
+    /// A clock that never steps, in milliseconds, used only to bound waits.
+    fn monotonic_ms(&mut self) -> u64;
+    /// One turn of a busy wait. The server checks for interrupts here.
+    fn spin(&mut self);
+    /// Sleep, interruptibly.
+    fn sleep_ms(&mut self, ms: u64);
+    /// Read only when the clock has stepped back, so that the common path reads no settings.
+    fn backwards_policy(&mut self) -> BackwardsPolicy;
+}
+
+/// Why no id was issued. A refusal never changes the generator's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GenerateError {
+    /// The generator has no machine id it may use.
+    Closed,
+    /// The clock is further behind the last issued timestamp than the broken threshold.
+    ClockBackwards {
+        last_unix_ms: i64,
+        now_unix_ms: i64,
+        broken_threshold_ms: u64,
+    },
+    /// The clock did not move forward within a wait's budget.
+    ClockStalled { waited_ms: u64 },
+    /// The clock is outside the layout's time range.
+    TimeRange(TimeRangeError),
+    /// Issuing would reach the tick bound (the lease watermark): the bound must be raised first.
+    BoundReached { bound_unix_ms: i64 },
+}
+
+/// A snapshot of a generator's counters, for the status view.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GeneratorStats {
+    pub ids_issued: u64,
+    pub next_tick_waits: u64,
+    pub clock_backwards_waits: u64,
+    pub clock_backwards_errors: u64,
+}
+
+/// One generator's shared, mutable state. It lives in shared memory; see `shmem.rs` for how
+/// processes reach it.
+#[repr(C)]
+pub struct GeneratorState {
+    word: AtomicU64,
+    /// Exclusive upper bound on the ticks of issued ids: the seam for the lease watermark.
+    tick_bound: AtomicU64,
+    ids_issued: AtomicU64,
+    next_tick_waits: AtomicU64,
+    clock_backwards_waits: AtomicU64,
+    clock_backwards_errors: AtomicU64,
+}
+
+/// One step of the state machine, decided from the last id and the current tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plan {
+    Issue(IdParts),
+    WaitForNextTick,
+    ClockBackwards,
+}
+
+fn plan(config: &GeneratorConfig, last: IdParts, now_ticks: u64) -> Plan {
+    if now_ticks < last.ticks {
+        return Plan::ClockBackwards;
+    }
+    let mut sequence = last.sequence;
+    if now_ticks > last.ticks && sequence >= config.sequence_reset_threshold {
+        sequence = 0;
+    }
+    sequence = (sequence + 1) & config.layout.max_sequence();
+    if sequence == 0 && now_ticks == last.ticks {
+        return Plan::WaitForNextTick;
+    }
+    Plan::Issue(IdParts {
+        ticks: now_ticks,
+        machine_id: last.machine_id,
+        sequence,
+    })
+}
+
+impl GeneratorState {
+    pub const fn closed() -> GeneratorState {
+        GeneratorState {
+            word: AtomicU64::new(CLOSED_BIT),
+            tick_bound: AtomicU64::new(u64::MAX),
+            ids_issued: AtomicU64::new(0),
+            next_tick_waits: AtomicU64::new(0),
+            clock_backwards_waits: AtomicU64::new(0),
+            clock_backwards_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts issuing ids with `machine_id`, all in ticks after `floor_ticks`.
+    pub fn open(&self, layout: &Layout, machine_id: u32, floor_ticks: u64) {
+        let floor = layout.compose(IdParts {
+            ticks: floor_ticks.min(layout.max_ticks()),
+            machine_id,
+            sequence: layout.max_sequence(),
+        });
+        self.word.store(floor as u64, Ordering::Release);
+    }
+
+    /// Stops issuing ids; calls in flight fail their compare-and-swap and see the closed word.
+    pub fn close(&self) {
+        self.word.fetch_or(CLOSED_BIT, Ordering::AcqRel);
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.word.load(Ordering::Acquire) & CLOSED_BIT == 0
+    }
+
+    /// The last id issued (or the floor), without the closed mark.
+    pub fn last_word(&self) -> i64 {
+        (self.word.load(Ordering::Acquire) & !CLOSED_BIT) as i64
+    }
+
+    pub fn stats(&self) -> GeneratorStats {
+        GeneratorStats {
+            ids_issued: self.ids_issued.load(Ordering::Relaxed),
+            next_tick_waits: self.next_tick_waits.load(Ordering::Relaxed),
+            clock_backwards_waits: self.clock_backwards_waits.load(Ordering::Relaxed),
+            clock_backwards_errors: self.clock_backwards_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Issues the next id, waiting (boundedly, interruptibly) for the next tick when the sequence
+    /// is used up and for the clock when it stepped back a little.
+    pub fn next_id(
+        &self,
+        config: &GeneratorConfig,
+        clock: &mut impl Clock,
+    ) -> Result<i64, GenerateError> {
+        let layout = &config.layout;
+        // The word whose sequence ran out, once its tick has been waited for: CosId then issues
+        // sequence 0 in the new tick.
+        let mut waited_out: Option<u64> = None;
+        let mut wait_started_ms: Option<u64> = None;
+        let mut counted_backwards = false;
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if word & CLOSED_BIT != 0 {
+                return Err(GenerateError::Closed);
+            }
+            let last = layout
+                .decompose(word as i64)
+                .expect("an open word is always an id of its layout");
+            let now_unix_ms = clock.unix_ms();
+            let now_ticks = layout
+                .unix_ms_to_ticks(now_unix_ms)
+                .map_err(GenerateError::TimeRange)?;
+            let step = if waited_out == Some(word) && now_ticks > last.ticks {
+                Plan::Issue(IdParts {
+                    ticks: now_ticks,
+                    machine_id: last.machine_id,
+                    sequence: 0,
+                })
+            } else {
+                plan(config, last, now_ticks)
+            };
+            match step {
+                Plan::Issue(parts) => {
+                    let bound = self.tick_bound.load(Ordering::Acquire);
+                    if parts.ticks >= bound {
+                        return Err(GenerateError::BoundReached {
+                            bound_unix_ms: layout.ticks_to_unix_ms(bound),
+                        });
+                    }
+                    let id = layout.compose(parts);
+                    if self
+                        .word
+                        .compare_exchange(word, id as u64, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        self.ids_issued.fetch_add(1, Ordering::Relaxed);
+                        return Ok(id);
+                    }
+                }
+                Plan::WaitForNextTick => {
+                    if waited_out != Some(word) {
+                        waited_out = Some(word);
+                        self.next_tick_waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // A tick is at most a second; a clock that does not reach the next one in
+                    // several is frozen or jumping, and the caller should hear about it.
+                    self.check_wait_budget(clock, &mut wait_started_ms, 5_000)?;
+                    clock.spin();
+                }
+                Plan::ClockBackwards => {
+                    let last_unix_ms = layout.ticks_to_unix_ms(last.ticks);
+                    let behind_ms = (last_unix_ms - now_unix_ms).max(0) as u64;
+                    let policy = clock.backwards_policy();
+                    if behind_ms > policy.broken_threshold_ms {
+                        self.clock_backwards_errors.fetch_add(1, Ordering::Relaxed);
+                        return Err(GenerateError::ClockBackwards {
+                            last_unix_ms,
+                            now_unix_ms,
+                            broken_threshold_ms: policy.broken_threshold_ms,
+                        });
+                    }
+                    if !counted_backwards {
+                        counted_backwards = true;
+                        self.clock_backwards_waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let budget = policy.broken_threshold_ms + 1_000;
+                    self.check_wait_budget(clock, &mut wait_started_ms, budget)?;
+                    if behind_ms <= policy.spin_threshold_ms {
+                        clock.spin();
+                    } else {
+                        clock.sleep_ms(behind_ms);
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_wait_budget(
+        &self,
+        clock: &mut impl Clock,
+        started_ms: &mut Option<u64>,
+        budget_ms: u64,
+    ) -> Result<(), GenerateError> {
+        let now = clock.monotonic_ms();
+        let started = *started_ms.get_or_insert(now);
+        let waited_ms = now.saturating_sub(started);
+        if waited_ms > budget_ms {
+            return Err(GenerateError::ClockStalled { waited_ms });
+        }
+        Ok(())
+    }
+
+    /// Sets the exclusive upper bound on issued ticks (`u64::MAX`: none).
+    pub fn set_tick_bound(&self, bound: u64) {
+        self.tick_bound.store(bound, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{TimeUnit, COSID_EPOCH_MS};
+    use std::collections::{HashSet, VecDeque};
+
+    /// A clock that replays scripted readings; waits advance it.
+    struct ScriptedClock {
+        readings: VecDeque<i64>,
+        current: i64,
+        monotonic: u64,
+        spins: u64,
+        slept_ms: u64,
+        policy: BackwardsPolicy,
+        /// Applied to `current` by every spin: lets a frozen clock stay frozen.
+        spin_advance_ms: i64,
+    }
+
+    impl ScriptedClock {
+        fn new(readings: &[i64]) -> ScriptedClock {
+            ScriptedClock {
+                readings: readings.iter().copied().collect(),
+                current: readings[0],
+                monotonic: 0,
+                spins: 0,
+                slept_ms: 0,
+                policy: BackwardsPolicy::default(),
+                spin_advance_ms: 1,
+            }
+        }
+    }
+
+    impl Clock for ScriptedClock {
+        fn unix_ms(&mut self) -> i64 {
+            if let Some(next) = self.readings.pop_front() {
+                self.current = next;
+            }
+            self.current
+        }
+        fn monotonic_ms(&mut self) -> u64 {
+            self.monotonic
+        }
+        fn spin(&mut self) {
+            self.spins += 1;
+            self.monotonic += 1;
+            self.current += self.spin_advance_ms;
+        }
+        fn sleep_ms(&mut self, ms: u64) {
+            self.slept_ms += ms;
+            self.monotonic += ms;
+            self.current += ms as i64;
+        }
+        fn backwards_policy(&mut self) -> BackwardsPolicy {
+            self.policy
+        }
+    }
+
+    fn config(sequence_bits: u32, threshold: u32) -> GeneratorConfig {
+        GeneratorConfig {
+            layout: Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 10, sequence_bits)
+                .unwrap(),
+            sequence_reset_threshold: threshold,
+        }
+    }
+
+    fn opened(config: &GeneratorConfig, machine_id: u32, floor_unix_ms: i64) -> GeneratorState {
+        let state = GeneratorState::closed();
+        let floor = config.layout.unix_ms_to_ticks(floor_unix_ms).unwrap();
+        state.open(&config.layout, machine_id, floor);
+        state
+    }
+
+    fn parts(config: &GeneratorConfig, id: i64) -> (i64, u32, u32) {
+        let p = config.layout.decompose(id).unwrap();
+        (config.layout.ticks_to_unix_ms(p.ticks), p.machine_id, p.sequence)
+    }
+
+    const T0: i64 = 1_700_000_000_000;
+
+    /// CosId's `AbstractSnowflakeId.generate()`, transcribed: the model the lock-free
+    /// generator must agree with, id for id.
+    struct CosIdModel {
+        config: GeneratorConfig,
+        machine_id: u32,
+        last_ticks: u64,
+        sequence: u32,
+    }
+
+    impl CosIdModel {
+        fn generate(&mut self, clock: &mut ScriptedClock) -> i64 {
+            let layout = self.config.layout;
+            let mut now = layout.unix_ms_to_ticks(clock.unix_ms()).unwrap();
+            assert!(now >= self.last_ticks, "the model does not handle clock steps back");
+            if now > self.last_ticks && self.sequence >= self.config.sequence_reset_threshold {
+                self.sequence = 0;
+            }
+            self.sequence = (self.sequence + 1) & layout.max_sequence();
+            if self.sequence == 0 {
+                while now <= self.last_ticks {
+                    clock.spin();
+                    now = layout.unix_ms_to_ticks(clock.unix_ms()).unwrap();
+                }
+            }
+            self.last_ticks = now;
+            layout.compose(IdParts {
+                ticks: now,
+                machine_id: self.machine_id,
+                sequence: self.sequence,
+            })
+        }
+    }
+
+    #[test]
+    fn agrees_with_cosid_id_for_id() {
+        for (sequence_bits, threshold) in [(12, 2047), (4, 7), (4, 0), (4, 15), (3, 100), (1, 0)] {
+            let config = config(sequence_bits, threshold);
+            // Bursts within a tick and quiet gaps, so that both the reset threshold and the
+            // sequence overflow are reached.
+            let mut readings = Vec::new();
+            let mut t = T0 + 1;
+            for round in 0..60i64 {
+                let burst = (round * 7) % 40;
+                for _ in 0..burst {
+                    readings.push(t);
+                }
+                t += 1 + (round % 3);
+            }
+            let mut ours_clock = ScriptedClock::new(&readings);
+            let mut model_clock = ScriptedClock::new(&readings);
+            let state = opened(&config, 9, T0);
+            let mut model = CosIdModel {
+                config,
+                machine_id: 9,
+                last_ticks: config.layout.unix_ms_to_ticks(T0).unwrap(),
+                sequence: config.layout.max_sequence(),
+            };
+            for call in 0..readings.len() {
+                let ours = state.next_id(&config, &mut ours_clock).unwrap();
+                let theirs = model.generate(&mut model_clock);
+                assert_eq!(
+                    parts(&config, ours),
+                    parts(&config, theirs),
+                    "call {call}, sequence_bits {sequence_bits}, threshold {threshold}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sequence_restarts_only_after_the_threshold() {
+        let config = config(12, 2047);
+        let state = opened(&config, 5, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 1, T0 + 2, T0 + 3]);
+        let ids: Vec<_> = (0..3)
+            .map(|_| parts(&config, state.next_id(&config, &mut clock).unwrap()))
+            .collect();
+        // The sequence keeps counting across ticks below the threshold: 1, 2, 3.
+        assert_eq!(ids, vec![(T0 + 1, 5, 1), (T0 + 2, 5, 2), (T0 + 3, 5, 3)]);
+    }
+
+    #[test]
+    fn sequence_overflow_waits_for_the_next_tick() {
+        let config = config(12, 2047);
+        let state = opened(&config, 1, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 1]);
+        clock.spin_advance_ms = 0;
+        let mut last = 0;
+        for expected_sequence in 1..=4095 {
+            let id = state.next_id(&config, &mut clock).unwrap();
+            assert_eq!(parts(&config, id), (T0 + 1, 1, expected_sequence));
+            assert!(id > last);
+            last = id;
+        }
+        assert_eq!(clock.spins, 0);
+        // The 4,096th id of the millisecond needs the next one: the clock is frozen, so the wait
+        // must end in an error rather than spin forever...
+        assert!(matches!(
+            state.next_id(&config, &mut clock),
+            Err(GenerateError::ClockStalled { .. })
+        ));
+        assert_eq!(state.last_word(), last, "a refusal leaves the state as it was");
+        // ...and once the clock moves, it gets sequence 0 of the next millisecond, as in CosId.
+        clock.spin_advance_ms = 1;
+        clock.monotonic = 0;
+        let id = state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(parts(&config, id), (T0 + 2, 1, 0));
+        assert!(state.stats().next_tick_waits >= 1);
+        assert_eq!(state.stats().ids_issued, 4096);
+    }
+
+    #[test]
+    fn a_fresh_generator_never_issues_in_its_floor_tick() {
+        let config = config(12, 2047);
+        let state = opened(&config, 3, T0);
+        let mut clock = ScriptedClock::new(&[T0, T0, T0 + 1]);
+        let id = state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(parts(&config, id), (T0 + 1, 3, 0));
+        assert_eq!(clock.spins, 2, "one spin per reading of the floor tick");
+    }
+
+    #[test]
+    fn small_step_back_spins_then_continues() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 10, T0 + 9]);
+        let first = state.next_id(&config, &mut clock).unwrap();
+        let second = state.next_id(&config, &mut clock).unwrap();
+        assert!(second > first);
+        assert_eq!(clock.spins, 1);
+        assert_eq!(clock.slept_ms, 0);
+        assert_eq!(state.stats().clock_backwards_waits, 1);
+    }
+
+    #[test]
+    fn medium_step_back_sleeps_until_the_clock_catches_up() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 1000, T0 + 700]);
+        let first = state.next_id(&config, &mut clock).unwrap();
+        let second = state.next_id(&config, &mut clock).unwrap();
+        assert!(second > first);
+        assert_eq!(clock.slept_ms, 300);
+        assert_eq!(parts(&config, second).0, T0 + 1000);
+    }
+
+    #[test]
+    fn large_step_back_is_refused_without_changing_state() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 1000, T0 + 499]);
+        let first = state.next_id(&config, &mut clock).unwrap();
+        let refused = state.next_id(&config, &mut clock);
+        assert_eq!(
+            refused,
+            Err(GenerateError::ClockBackwards {
+                last_unix_ms: T0 + 1000,
+                now_unix_ms: T0 + 499,
+                broken_threshold_ms: 500,
+            })
+        );
+        assert_eq!(state.last_word(), first);
+        assert_eq!(clock.slept_ms, 0);
+        assert_eq!(state.stats().clock_backwards_errors, 1);
+    }
+
+    #[test]
+    fn thresholds_come_from_the_policy() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 1000, T0 + 995]);
+        clock.policy = BackwardsPolicy {
+            spin_threshold_ms: 0,
+            broken_threshold_ms: 4,
+        };
+        state.next_id(&config, &mut clock).unwrap();
+        assert!(matches!(
+            state.next_id(&config, &mut clock),
+            Err(GenerateError::ClockBackwards { broken_threshold_ms: 4, .. })
+        ));
+    }
+
+    #[test]
+    fn closed_generator_refuses() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, T0);
+        state.close();
+        assert!(!state.is_open());
+        let mut clock = ScriptedClock::new(&[T0 + 1]);
+        assert_eq!(state.next_id(&config, &mut clock), Err(GenerateError::Closed));
+        assert_eq!(state.stats().ids_issued, 0);
+    }
+
+    #[test]
+    fn tick_bound_is_never_reached() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, T0);
+        let bound = config.layout.unix_ms_to_ticks(T0 + 5).unwrap();
+        state.set_tick_bound(bound);
+        let mut clock = ScriptedClock::new(&[T0 + 4, T0 + 5]);
+        assert!(state.next_id(&config, &mut clock).is_ok());
+        assert_eq!(
+            state.next_id(&config, &mut clock),
+            Err(GenerateError::BoundReached { bound_unix_ms: T0 + 5 })
+        );
+    }
+
+    #[test]
+    fn clock_outside_the_layout_is_refused() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, COSID_EPOCH_MS);
+        let mut clock = ScriptedClock::new(&[COSID_EPOCH_MS - 1]);
+        assert_eq!(
+            state.next_id(&config, &mut clock),
+            Err(GenerateError::TimeRange(TimeRangeError::BeforeEpoch))
+        );
+        let mut clock = ScriptedClock::new(&[config.layout.max_unix_ms() + 1]);
+        assert_eq!(
+            state.next_id(&config, &mut clock),
+            Err(GenerateError::TimeRange(TimeRangeError::AfterMaximum))
+        );
+    }
+
+    /// Real threads on a real clock: no duplicates, strictly increasing per thread, and the
+    /// machine id of every id is the generator's.
+    #[test]
+    fn threads_sharing_a_generator_never_collide() {
+        struct SystemClock;
+        impl Clock for SystemClock {
+            fn unix_ms(&mut self) -> i64 {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64
+            }
+            fn monotonic_ms(&mut self) -> u64 {
+                0
+            }
+            fn spin(&mut self) {
+                std::hint::spin_loop();
+            }
+            fn sleep_ms(&mut self, ms: u64) {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            fn backwards_policy(&mut self) -> BackwardsPolicy {
+                BackwardsPolicy::default()
+            }
+        }
+        let config = config(12, 2047);
+        let state = GeneratorState::closed();
+        let now = SystemClock.unix_ms();
+        state.open(&config.layout, 77, config.layout.unix_ms_to_ticks(now).unwrap());
+        let per_thread = 50_000;
+        let all: Vec<Vec<i64>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut clock = SystemClock;
+                        (0..per_thread)
+                            .map(|_| state.next_id(&config, &mut clock).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut seen = HashSet::new();
+        for ids in &all {
+            assert!(ids.windows(2).all(|w| w[0] < w[1]));
+            for &id in ids {
+                assert_eq!(config.layout.decompose(id).unwrap().machine_id, 77);
+                assert!(seen.insert(id), "duplicate id {id}");
+            }
+        }
+        assert_eq!(seen.len(), 4 * per_thread);
+        assert_eq!(state.stats().ids_issued, 4 * per_thread as u64);
+    }
+}

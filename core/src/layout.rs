@@ -1,0 +1,859 @@
+//! The id layout: how a 63-bit id splits into timestamp, machine id and sequence, and the two
+//! textual forms CosId defines for an id (the friendly form and padded Radix62).
+//!
+//! Pure: nothing here calls into PostgreSQL, so every rule is unit-tested on its own.
+//!
+//! ```text
+//!  63   62 ............................ m+s   m+s-1 ....... s   s-1 ....... 0
+//! [ 0 ][ ticks since epoch (timestamp_bits) ][ machine id (m) ][ sequence (s) ]
+//! ```
+
+use std::fmt;
+
+/// CosId's epoch: 2019-12-24T16:00:00Z, in Unix milliseconds.
+pub const COSID_EPOCH_MS: i64 = 1_577_203_200_000;
+/// The bits CosId's `MillisecondSnowflakeId` uses: 41 timestamp, 10 machine, 12 sequence.
+pub const DEFAULT_TIMESTAMP_BITS: u32 = 41;
+pub const DEFAULT_MACHINE_BITS: u32 = 10;
+pub const DEFAULT_SEQUENCE_BITS: u32 = 12;
+/// An id is a non-negative `bigint`: the sign bit is never used.
+pub const TOTAL_BITS: u32 = 63;
+
+/// The length of a padded Radix62 id: 62^11 > 2^63 > 62^10.
+pub const RADIX62_WIDTH: usize = 11;
+const RADIX62_DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// The unit of the timestamp field, CosId's `MillisecondSnowflakeId` or `SecondSnowflakeId`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TimeUnit {
+    Millisecond = 0,
+    Second = 1,
+}
+
+impl TimeUnit {
+    pub const fn millis_per_tick(self) -> i64 {
+        match self {
+            TimeUnit::Millisecond => 1,
+            TimeUnit::Second => 1000,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Millisecond => "millisecond",
+            TimeUnit::Second => "second",
+        }
+    }
+}
+
+/// A validated layout. Every accessor relies on the invariants checked by [`Layout::new`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Layout {
+    epoch_ms: i64,
+    time_unit: TimeUnit,
+    timestamp_bits: u32,
+    machine_bits: u32,
+    sequence_bits: u32,
+}
+
+/// Why a combination of layout settings was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LayoutError {
+    TooManyBits {
+        timestamp_bits: u32,
+        machine_bits: u32,
+        sequence_bits: u32,
+    },
+    NoTimestampBits,
+    NoSequenceBits,
+    EpochNotWholeSecond {
+        epoch_ms: i64,
+    },
+    /// The last instant of the layout is beyond what an `i64` of Unix milliseconds holds.
+    TimeRangeTooLarge,
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayoutError::TooManyBits {
+                timestamp_bits,
+                machine_bits,
+                sequence_bits,
+            } => write!(
+                f,
+                "cosid.timestamp_bits ({timestamp_bits}) + cosid.machine_bits ({machine_bits}) + \
+                 cosid.sequence_bits ({sequence_bits}) = {} exceeds the {TOTAL_BITS} bits of a \
+                 non-negative bigint",
+                timestamp_bits + machine_bits + sequence_bits
+            ),
+            LayoutError::NoTimestampBits => write!(f, "cosid.timestamp_bits must be at least 1"),
+            LayoutError::NoSequenceBits => write!(f, "cosid.sequence_bits must be at least 1"),
+            LayoutError::EpochNotWholeSecond { epoch_ms } => write!(
+                f,
+                "cosid.epoch ({epoch_ms} ms) must be a whole second when cosid.time_unit is \
+                 \"second\""
+            ),
+            LayoutError::TimeRangeTooLarge => write!(
+                f,
+                "cosid.timestamp_bits with cosid.epoch and cosid.time_unit reach beyond the year \
+                 292 million"
+            ),
+        }
+    }
+}
+
+/// The parts of an id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdParts {
+    /// Ticks since the layout's epoch.
+    pub ticks: u64,
+    pub machine_id: u32,
+    pub sequence: u32,
+}
+
+/// Why a timestamp cannot be expressed in the layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeRangeError {
+    BeforeEpoch,
+    AfterMaximum,
+}
+
+/// Why a friendly or Radix62 text was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not three non-empty parts separated by '-'.
+    Shape,
+    /// The timestamp part is not `yyyyMMddHHmmss[SSS]` of a real date.
+    Timestamp,
+    /// A part that should be a decimal number is not one.
+    Number(&'static str),
+    /// A part is outside the layout's range; carries the part's name and maximum.
+    OutOfRange(&'static str, u64),
+    /// Outside the layout's time range.
+    TimeRange(TimeRangeError),
+    /// Empty, longer than 11 characters, or a character outside `[0-9A-Za-z]`.
+    Radix62Digits,
+    /// Decodes to more than the largest bigint.
+    Radix62Overflow,
+}
+
+impl Layout {
+    pub fn new(
+        epoch_ms: i64,
+        time_unit: TimeUnit,
+        timestamp_bits: u32,
+        machine_bits: u32,
+        sequence_bits: u32,
+    ) -> Result<Layout, LayoutError> {
+        if timestamp_bits + machine_bits + sequence_bits > TOTAL_BITS {
+            return Err(LayoutError::TooManyBits {
+                timestamp_bits,
+                machine_bits,
+                sequence_bits,
+            });
+        }
+        if timestamp_bits == 0 {
+            return Err(LayoutError::NoTimestampBits);
+        }
+        if sequence_bits == 0 {
+            return Err(LayoutError::NoSequenceBits);
+        }
+        if epoch_ms.rem_euclid(time_unit.millis_per_tick()) != 0 {
+            return Err(LayoutError::EpochNotWholeSecond { epoch_ms });
+        }
+        // At most 62 bits here: the sequence has at least one.
+        let span_ms = (1i64 << timestamp_bits).checked_mul(time_unit.millis_per_tick());
+        if span_ms.and_then(|span| span.checked_add(epoch_ms)).is_none() {
+            return Err(LayoutError::TimeRangeTooLarge);
+        }
+        Ok(Layout {
+            epoch_ms,
+            time_unit,
+            timestamp_bits,
+            machine_bits,
+            sequence_bits,
+        })
+    }
+
+    /// CosId's `MillisecondSnowflakeId` defaults.
+    pub fn cosid_default() -> Layout {
+        Layout::new(
+            COSID_EPOCH_MS,
+            TimeUnit::Millisecond,
+            DEFAULT_TIMESTAMP_BITS,
+            DEFAULT_MACHINE_BITS,
+            DEFAULT_SEQUENCE_BITS,
+        )
+        .expect("CosId's default layout is valid")
+    }
+
+    pub fn epoch_ms(&self) -> i64 {
+        self.epoch_ms
+    }
+    pub fn time_unit(&self) -> TimeUnit {
+        self.time_unit
+    }
+    pub fn timestamp_bits(&self) -> u32 {
+        self.timestamp_bits
+    }
+    pub fn machine_bits(&self) -> u32 {
+        self.machine_bits
+    }
+    pub fn sequence_bits(&self) -> u32 {
+        self.sequence_bits
+    }
+    pub fn max_ticks(&self) -> u64 {
+        (1u64 << self.timestamp_bits) - 1
+    }
+    pub fn max_machine_id(&self) -> u32 {
+        ((1u64 << self.machine_bits) - 1) as u32
+    }
+    pub fn max_sequence(&self) -> u32 {
+        ((1u64 << self.sequence_bits) - 1) as u32
+    }
+    fn machine_shift(&self) -> u32 {
+        self.sequence_bits
+    }
+    fn timestamp_shift(&self) -> u32 {
+        self.sequence_bits + self.machine_bits
+    }
+
+    /// The id for these parts. Each part must be within the layout's range; the callers
+    /// (the generator and the parsers) check that first.
+    pub fn compose(&self, parts: IdParts) -> i64 {
+        debug_assert!(parts.ticks <= self.max_ticks());
+        debug_assert!(parts.machine_id <= self.max_machine_id());
+        debug_assert!(parts.sequence <= self.max_sequence());
+        ((parts.ticks << self.timestamp_shift())
+            | (u64::from(parts.machine_id) << self.machine_shift())
+            | u64::from(parts.sequence)) as i64
+    }
+
+    /// The parts of a non-negative id; `None` for a negative one, which no layout produces.
+    /// Bits above the timestamp field (possible when the layout uses fewer than 63 bits) are
+    /// refused too, because no id of this layout has them.
+    pub fn decompose(&self, id: i64) -> Option<IdParts> {
+        if id < 0 {
+            return None;
+        }
+        let id = id as u64;
+        let ticks = id >> self.timestamp_shift();
+        if ticks > self.max_ticks() {
+            return None;
+        }
+        Some(IdParts {
+            ticks,
+            machine_id: ((id >> self.machine_shift()) & u64::from(self.max_machine_id())) as u32,
+            sequence: (id & u64::from(self.max_sequence())) as u32,
+        })
+    }
+
+    /// The Unix time in milliseconds at which a tick starts.
+    pub fn ticks_to_unix_ms(&self, ticks: u64) -> i64 {
+        self.epoch_ms + ticks as i64 * self.time_unit.millis_per_tick()
+    }
+
+    /// The tick that contains a Unix time in milliseconds.
+    pub fn unix_ms_to_ticks(&self, unix_ms: i64) -> Result<u64, TimeRangeError> {
+        let since_epoch = unix_ms
+            .checked_sub(self.epoch_ms)
+            .ok_or(TimeRangeError::BeforeEpoch)?;
+        if since_epoch < 0 {
+            return Err(TimeRangeError::BeforeEpoch);
+        }
+        let ticks = (since_epoch / self.time_unit.millis_per_tick()) as u64;
+        if ticks > self.max_ticks() {
+            return Err(TimeRangeError::AfterMaximum);
+        }
+        Ok(ticks)
+    }
+
+    /// The smallest id whose timestamp is at or after the tick containing `unix_ms`: the lower
+    /// bound of an index range scan over ids made from that instant on.
+    pub fn smallest_id_at(&self, unix_ms: i64) -> Result<i64, TimeRangeError> {
+        let ticks = self.unix_ms_to_ticks(unix_ms)?;
+        Ok(self.compose(IdParts {
+            ticks,
+            machine_id: 0,
+            sequence: 0,
+        }))
+    }
+
+    /// The last Unix millisecond the layout can express.
+    pub fn max_unix_ms(&self) -> i64 {
+        self.ticks_to_unix_ms(self.max_ticks()) + self.time_unit.millis_per_tick() - 1
+    }
+
+    /// CosId's friendly form, in UTC: `yyyyMMddHHmmssSSS-machine-sequence` (`yyyyMMddHHmmss` for
+    /// the second unit), machine and sequence unpadded. `None` for an id this layout does not
+    /// make, and for one dated after the year 9999, which the form cannot write.
+    pub fn to_friendly(&self, id: i64) -> Option<String> {
+        let parts = self.decompose(id)?;
+        let unix_ms = self.ticks_to_unix_ms(parts.ticks);
+        let civil = CivilTime::from_unix_ms(unix_ms);
+        if civil.year > 9999 {
+            return None;
+        }
+        let stamp = match self.time_unit {
+            TimeUnit::Millisecond => format!(
+                "{:04}{:02}{:02}{:02}{:02}{:02}{:03}",
+                civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second, civil.milli
+            ),
+            TimeUnit::Second => format!(
+                "{:04}{:02}{:02}{:02}{:02}{:02}",
+                civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second
+            ),
+        };
+        Some(format!("{stamp}-{}-{}", parts.machine_id, parts.sequence))
+    }
+
+    /// Parses CosId's friendly form, padded (`20220320053617924-0005-0000`) or not
+    /// (`20220320053617924-5-0`). Like CosId, blanks around the parts are ignored.
+    pub fn from_friendly(&self, text: &str) -> Result<i64, ParseError> {
+        let parts: Vec<&str> = text
+            .split('-')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .collect();
+        let [stamp, machine, sequence] = parts[..] else {
+            return Err(ParseError::Shape);
+        };
+        let stamp_len = match self.time_unit {
+            TimeUnit::Millisecond => 17,
+            TimeUnit::Second => 14,
+        };
+        if stamp.len() != stamp_len || !stamp.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ParseError::Timestamp);
+        }
+        let field = |from: usize, to: usize| -> u32 {
+            stamp[from..to].parse().expect("checked to be ASCII digits")
+        };
+        let civil = CivilTime {
+            year: field(0, 4) as i64,
+            month: field(4, 6),
+            day: field(6, 8),
+            hour: field(8, 10),
+            minute: field(10, 12),
+            second: field(12, 14),
+            milli: if stamp_len == 17 { field(14, 17) } else { 0 },
+        };
+        let unix_ms = civil.to_unix_ms().ok_or(ParseError::Timestamp)?;
+        let ticks = self
+            .unix_ms_to_ticks(unix_ms)
+            .map_err(ParseError::TimeRange)?;
+        let machine_id = parse_decimal(machine, "machine id", u64::from(self.max_machine_id()))?;
+        let sequence = parse_decimal(sequence, "sequence", u64::from(self.max_sequence()))?;
+        Ok(self.compose(IdParts {
+            ticks,
+            machine_id: machine_id as u32,
+            sequence: sequence as u32,
+        }))
+    }
+}
+
+/// Parses `cosid.epoch`: Unix milliseconds (`1577203200000`), or an ISO 8601 date and time,
+/// `YYYY-MM-DD[(T| )HH:MM[:SS[.fff]]][Z|(+|-)HH[:MM]]`, in UTC when no offset is given.
+pub fn parse_epoch(text: &str) -> Result<i64, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<i64>()
+            .map_err(|_| format!("\"{text}\" is too large for Unix milliseconds"));
+    }
+    parse_iso_instant(text).ok_or_else(|| {
+        format!(
+            "\"{text}\" is neither Unix milliseconds nor an ISO 8601 instant such as \
+             \"2019-12-24T16:00:00Z\""
+        )
+    })
+}
+
+fn parse_iso_instant(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    let digits = |from: usize, len: usize| -> Option<u32> {
+        let part = text.get(from..from + len)?;
+        if !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        part.parse().ok()
+    };
+    let expect = |at: usize, what: u8| bytes.get(at) == Some(&what);
+    if !(expect(4, b'-') && expect(7, b'-')) {
+        return None;
+    }
+    let mut civil = CivilTime {
+        year: i64::from(digits(0, 4)?),
+        month: digits(5, 2)?,
+        day: digits(8, 2)?,
+        hour: 0,
+        minute: 0,
+        second: 0,
+        milli: 0,
+    };
+    let mut at = 10;
+    if matches!(bytes.get(at), Some(b'T' | b't' | b' ')) {
+        civil.hour = digits(at + 1, 2)?;
+        if !expect(at + 3, b':') {
+            return None;
+        }
+        civil.minute = digits(at + 4, 2)?;
+        at += 6;
+        if expect(at, b':') {
+            civil.second = digits(at + 1, 2)?;
+            at += 3;
+            if expect(at, b'.') {
+                let fraction_len = text[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+                if fraction_len == 0 {
+                    return None;
+                }
+                let fraction = &text[at + 1..at + 1 + fraction_len];
+                let padded = format!("{:0<3}", &fraction[..fraction_len.min(3)]);
+                civil.milli = padded.parse().ok()?;
+                at += 1 + fraction_len;
+            }
+        }
+    }
+    let offset_minutes: i64 = match &text[at..] {
+        "" | "Z" | "z" => 0,
+        zone if !zone.is_ascii() => return None,
+        zone => {
+            let sign = match zone.as_bytes()[0] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let zone = &zone[1..];
+            let (hours, minutes) = match zone.len() {
+                2 => (zone, "00"),
+                4 => (&zone[..2], &zone[2..]),
+                5 if zone.as_bytes()[2] == b':' => (&zone[..2], &zone[3..]),
+                _ => return None,
+            };
+            if !(hours.bytes().chain(minutes.bytes()).all(|b| b.is_ascii_digit())) {
+                return None;
+            }
+            let hours: i64 = hours.parse().ok()?;
+            let minutes: i64 = minutes.parse().ok()?;
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            sign * (hours * 60 + minutes)
+        }
+    };
+    Some(civil.to_unix_ms()? - offset_minutes * 60_000)
+}
+
+/// A Unix time in milliseconds as PostgreSQL prints a UTC timestamptz, for messages.
+pub fn format_unix_ms(unix_ms: i64) -> String {
+    let civil = CivilTime::from_unix_ms(unix_ms);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}+00",
+        civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second, civil.milli
+    )
+}
+
+fn parse_decimal(text: &str, what: &'static str, max: u64) -> Result<u64, ParseError> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ParseError::Number(what));
+    }
+    let trimmed = text.trim_start_matches('0');
+    if trimmed.len() > 19 {
+        return Err(ParseError::OutOfRange(what, max));
+    }
+    let value: u64 = if trimmed.is_empty() {
+        0
+    } else {
+        trimmed
+            .parse()
+            .map_err(|_| ParseError::OutOfRange(what, max))?
+    };
+    if value > max {
+        return Err(ParseError::OutOfRange(what, max));
+    }
+    Ok(value)
+}
+
+/// CosId's padded Radix62 form: always 11 characters of `[0-9A-Za-z]`. `None` for a negative id.
+pub fn to_radix62(id: i64) -> Option<String> {
+    if id < 0 {
+        return None;
+    }
+    let mut digits = [b'0'; RADIX62_WIDTH];
+    let mut rest = id as u64;
+    for slot in digits.iter_mut().rev() {
+        *slot = RADIX62_DIGITS[(rest % 62) as usize];
+        rest /= 62;
+    }
+    Some(String::from_utf8(digits.to_vec()).expect("Radix62 digits are ASCII"))
+}
+
+/// Parses Radix62, padded to 11 characters or not.
+pub fn from_radix62(text: &str) -> Result<i64, ParseError> {
+    if text.is_empty() || text.len() > RADIX62_WIDTH {
+        return Err(ParseError::Radix62Digits);
+    }
+    let mut value: u64 = 0;
+    for byte in text.bytes() {
+        let digit = match byte {
+            b'0'..=b'9' => byte - b'0',
+            b'A'..=b'Z' => byte - b'A' + 10,
+            b'a'..=b'z' => byte - b'a' + 36,
+            _ => return Err(ParseError::Radix62Digits),
+        };
+        value = value
+            .checked_mul(62)
+            .and_then(|v| v.checked_add(u64::from(digit)))
+            .ok_or(ParseError::Radix62Overflow)?;
+    }
+    i64::try_from(value).map_err(|_| ParseError::Radix62Overflow)
+}
+
+/// A UTC calendar time with millisecond precision, for the friendly form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CivilTime {
+    year: i64,
+    month: u32,
+    day: u32,
+    hour: u32,
+    minute: u32,
+    second: u32,
+    milli: u32,
+}
+
+const MS_PER_DAY: i64 = 86_400_000;
+
+impl CivilTime {
+    fn from_unix_ms(unix_ms: i64) -> CivilTime {
+        let days = unix_ms.div_euclid(MS_PER_DAY);
+        let ms_of_day = unix_ms.rem_euclid(MS_PER_DAY);
+        let (year, month, day) = civil_from_days(days);
+        CivilTime {
+            year,
+            month,
+            day,
+            hour: (ms_of_day / 3_600_000) as u32,
+            minute: (ms_of_day / 60_000 % 60) as u32,
+            second: (ms_of_day / 1000 % 60) as u32,
+            milli: (ms_of_day % 1000) as u32,
+        }
+    }
+
+    /// `None` when a field is out of its calendar range (month 13, February 30, hour 24...).
+    fn to_unix_ms(self) -> Option<i64> {
+        if !(1..=12).contains(&self.month)
+            || self.day == 0
+            || self.day > days_in_month(self.year, self.month)
+            || self.hour > 23
+            || self.minute > 59
+            || self.second > 59
+            || self.milli > 999
+        {
+            return None;
+        }
+        let days = days_from_civil(self.year, self.month, self.day);
+        Some(
+            days * MS_PER_DAY
+                + i64::from(self.hour) * 3_600_000
+                + i64::from(self.minute) * 60_000
+                + i64::from(self.second) * 1000
+                + i64::from(self.milli),
+        )
+    }
+}
+
+fn is_leap_year(year: i64) -> bool {
+    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+}
+
+fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if is_leap_year(year) => 29,
+        _ => 28,
+    }
+}
+
+// Days since 1970-01-01 of a proleptic Gregorian date, and back (H. Hinnant's algorithms).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let days = days + 719_468;
+    let era = days.div_euclid(146_097);
+    let day_of_era = days - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COSID_VECTOR_ID: i64 = 295_913_926_632_165_376;
+
+    #[test]
+    fn cosid_test_vector_decodes() {
+        let layout = Layout::cosid_default();
+        let parts = layout.decompose(COSID_VECTOR_ID).unwrap();
+        assert_eq!(layout.ticks_to_unix_ms(parts.ticks), 1_647_754_577_924);
+        assert_eq!(parts.machine_id, 5);
+        assert_eq!(parts.sequence, 0);
+        assert_eq!(layout.compose(parts), COSID_VECTOR_ID);
+    }
+
+    #[test]
+    fn cosid_test_vector_text_forms() {
+        let layout = Layout::cosid_default();
+        assert_eq!(
+            layout.to_friendly(COSID_VECTOR_ID).unwrap(),
+            "20220320053617924-5-0"
+        );
+        assert_eq!(to_radix62(COSID_VECTOR_ID).unwrap(), "0LrHucXALbs");
+        assert_eq!(
+            layout.from_friendly("20220320053617924-5-0"),
+            Ok(COSID_VECTOR_ID)
+        );
+        assert_eq!(
+            layout.from_friendly("20220320053617924-0005-0000"),
+            Ok(COSID_VECTOR_ID)
+        );
+        assert_eq!(
+            layout.from_friendly(" 20220320053617924 - 5 - 0 "),
+            Ok(COSID_VECTOR_ID)
+        );
+        assert_eq!(from_radix62("0LrHucXALbs"), Ok(COSID_VECTOR_ID));
+        assert_eq!(from_radix62("LrHucXALbs"), Ok(COSID_VECTOR_ID));
+    }
+
+    #[test]
+    fn layout_edges_round_trip() {
+        for layout in [
+            Layout::cosid_default(),
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 31, 10, 22).unwrap(),
+            Layout::new(0, TimeUnit::Millisecond, 1, 0, 62).unwrap(),
+            Layout::new(0, TimeUnit::Millisecond, 61, 1, 1).unwrap(),
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 3, 8).unwrap(),
+        ] {
+            let corners = [
+                IdParts { ticks: 0, machine_id: 0, sequence: 0 },
+                IdParts {
+                    ticks: layout.max_ticks(),
+                    machine_id: layout.max_machine_id(),
+                    sequence: layout.max_sequence(),
+                },
+                IdParts { ticks: layout.max_ticks(), machine_id: 0, sequence: 0 },
+                IdParts { ticks: 0, machine_id: layout.max_machine_id(), sequence: 0 },
+                IdParts { ticks: 0, machine_id: 0, sequence: layout.max_sequence() },
+            ];
+            for parts in corners {
+                let id = layout.compose(parts);
+                assert!(id >= 0, "{layout:?} {parts:?}");
+                assert_eq!(layout.decompose(id), Some(parts), "{layout:?}");
+                let unix_ms = layout.ticks_to_unix_ms(parts.ticks);
+                match layout.to_friendly(id) {
+                    Some(friendly) => {
+                        assert_eq!(layout.from_friendly(&friendly), Ok(id), "{friendly}")
+                    }
+                    None => assert!(unix_ms > 253_402_300_799_999, "{layout:?} {parts:?}"),
+                }
+                let radix = to_radix62(id).unwrap();
+                assert_eq!(radix.len(), RADIX62_WIDTH);
+                assert_eq!(from_radix62(&radix), Ok(id));
+            }
+        }
+    }
+
+    #[test]
+    fn the_largest_bigint_round_trips_through_radix62() {
+        assert_eq!(to_radix62(i64::MAX).unwrap(), "AzL8n0Y58m7");
+        assert_eq!(from_radix62("AzL8n0Y58m7"), Ok(i64::MAX));
+        assert_eq!(from_radix62("AzL8n0Y58m8"), Err(ParseError::Radix62Overflow));
+        assert_eq!(from_radix62("zzzzzzzzzzz"), Err(ParseError::Radix62Overflow));
+        assert_eq!(to_radix62(0).unwrap(), "00000000000");
+        assert_eq!(to_radix62(-1), None);
+    }
+
+    #[test]
+    fn bad_radix62_is_refused() {
+        for text in ["", "000000000000", "abc-", "é", " 0"] {
+            assert_eq!(from_radix62(text), Err(ParseError::Radix62Digits), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn bad_friendly_text_is_refused() {
+        let layout = Layout::cosid_default();
+        assert_eq!(layout.from_friendly("garbage"), Err(ParseError::Shape));
+        assert_eq!(layout.from_friendly("1-2-3-4"), Err(ParseError::Shape));
+        assert_eq!(layout.from_friendly("2022032005361792-5-0"), Err(ParseError::Timestamp));
+        assert_eq!(layout.from_friendly("20221320053617924-5-0"), Err(ParseError::Timestamp));
+        assert_eq!(layout.from_friendly("20230229053617924-5-0"), Err(ParseError::Timestamp));
+        assert_eq!(layout.from_friendly("20220320243617924-5-0"), Err(ParseError::Timestamp));
+        assert_eq!(
+            layout.from_friendly("20220320053617924-x-0"),
+            Err(ParseError::Number("machine id"))
+        );
+        assert_eq!(
+            layout.from_friendly("20220320053617924-1024-0"),
+            Err(ParseError::OutOfRange("machine id", 1023))
+        );
+        assert_eq!(
+            layout.from_friendly("20220320053617924-5-4096"),
+            Err(ParseError::OutOfRange("sequence", 4095))
+        );
+        assert_eq!(
+            layout.from_friendly("20220320053617924-5-99999999999999999999999"),
+            Err(ParseError::OutOfRange("sequence", 4095))
+        );
+        assert_eq!(
+            layout.from_friendly("20191224155959999-0-0"),
+            Err(ParseError::TimeRange(TimeRangeError::BeforeEpoch))
+        );
+        assert_eq!(
+            layout.from_friendly("20991224155959999-0-0"),
+            Err(ParseError::TimeRange(TimeRangeError::AfterMaximum))
+        );
+    }
+
+    #[test]
+    fn leap_days_parse() {
+        let layout = Layout::cosid_default();
+        let id = layout.from_friendly("20240229235959999-1-2").unwrap();
+        assert_eq!(layout.to_friendly(id).unwrap(), "20240229235959999-1-2");
+    }
+
+    #[test]
+    fn negative_and_foreign_ids_do_not_decode() {
+        let layout = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 20, 10, 12).unwrap();
+        assert_eq!(layout.decompose(-1), None);
+        assert_eq!(layout.decompose(1 << 42), None);
+        assert!(layout.decompose((1 << 42) - 1).is_some());
+    }
+
+    #[test]
+    fn smallest_id_is_the_lower_bound_of_its_tick() {
+        let layout = Layout::cosid_default();
+        let at = 1_647_754_577_924;
+        let low = layout.smallest_id_at(at).unwrap();
+        // The vector has machine id 5; the smallest id of its millisecond has machine id 0.
+        assert_eq!(low, COSID_VECTOR_ID - (5 << 12));
+        assert_eq!(layout.smallest_id_at(at + 1).unwrap() - low, 1 << 22);
+        assert_eq!(
+            layout.smallest_id_at(COSID_EPOCH_MS - 1),
+            Err(TimeRangeError::BeforeEpoch)
+        );
+        assert_eq!(layout.smallest_id_at(COSID_EPOCH_MS), Ok(0));
+        assert!(layout.smallest_id_at(layout.max_unix_ms()).is_ok());
+        assert_eq!(
+            layout.smallest_id_at(layout.max_unix_ms() + 1),
+            Err(TimeRangeError::AfterMaximum)
+        );
+        assert_eq!(layout.smallest_id_at(i64::MIN), Err(TimeRangeError::BeforeEpoch));
+    }
+
+    #[test]
+    fn settings_combinations_are_checked() {
+        assert!(matches!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 11, 12),
+            Err(LayoutError::TooManyBits { .. })
+        ));
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 0, 10, 12),
+            Err(LayoutError::NoTimestampBits)
+        );
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 10, 0),
+            Err(LayoutError::NoSequenceBits)
+        );
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS + 1, TimeUnit::Second, 31, 10, 22),
+            Err(LayoutError::EpochNotWholeSecond { epoch_ms: COSID_EPOCH_MS + 1 })
+        );
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 54, 0, 9),
+            Err(LayoutError::TimeRangeTooLarge)
+        );
+        assert!(Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 52, 0, 11).is_ok());
+        assert!(Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 62, 0, 1).is_ok());
+        let message = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 11, 12)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("cosid.machine_bits (11)"), "{message}");
+    }
+
+    #[test]
+    fn second_unit_uses_fourteen_digit_stamps() {
+        let layout = Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 31, 10, 22).unwrap();
+        let id = layout.from_friendly("20220320053617-5-7").unwrap();
+        assert_eq!(layout.to_friendly(id).unwrap(), "20220320053617-5-7");
+        assert_eq!(
+            layout.ticks_to_unix_ms(layout.decompose(id).unwrap().ticks),
+            1_647_754_577_000
+        );
+        assert_eq!(layout.from_friendly("20220320053617924-5-0"), Err(ParseError::Timestamp));
+    }
+
+    #[test]
+    fn calendar_conversion_matches_known_dates() {
+        for (days, date) in [
+            (0, (1970, 1, 1)),
+            (-1, (1969, 12, 31)),
+            (18_254, (2019, 12, 24)),
+            (19_417, (2023, 3, 1)),
+            (-719_468, (0, 3, 1)),
+        ] {
+            assert_eq!(civil_from_days(days), date);
+            assert_eq!(days_from_civil(date.0, date.1, date.2), days);
+        }
+    }
+
+    #[test]
+    fn epochs_parse_in_every_documented_form() {
+        for text in [
+            "1577203200000",
+            "2019-12-24T16:00:00Z",
+            "2019-12-24T16:00:00.000Z",
+            "2019-12-24 16:00:00",
+            "2019-12-24T16:00Z",
+            "2019-12-25T00:00:00+08:00",
+            "2019-12-25T00:00:00+0800",
+            "2019-12-24T12:00:00-04",
+        ] {
+            assert_eq!(parse_epoch(text), Ok(COSID_EPOCH_MS), "{text}");
+        }
+        assert_eq!(parse_epoch("1970-01-01"), Ok(0));
+        assert_eq!(parse_epoch("2019-12-24T16:00:00.5Z"), Ok(COSID_EPOCH_MS + 500));
+        assert_eq!(parse_epoch("2019-12-24T16:00:00.1239Z"), Ok(COSID_EPOCH_MS + 123));
+        for bad in [
+            "",
+            "yesterday",
+            "2019-13-24",
+            "2019-12-24T25:00:00Z",
+            "2019-12-24T16:00:00+",
+            "2019-12-24T16:00:00.Z",
+            "2019/12/24",
+            "99999999999999999999",
+            "2019-12-24T16:00:00+aé1",
+        ] {
+            let message = parse_epoch(bad).unwrap_err();
+            assert!(message.contains(bad.trim()), "{message}");
+        }
+    }
+}

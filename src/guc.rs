@@ -1,0 +1,311 @@
+//! Every `cosid.*` setting: the statics, one `init()` that defines them, and typed accessors.
+//!
+//! The layout and the machine id are server-start settings (`PGC_POSTMASTER`): changing them on a
+//! running server would break the ordering and uniqueness of ids. The clock thresholds reload on
+//! SIGHUP. A value outside a setting's range is refused by PostgreSQL itself, with a message that
+//! names the setting and the range; combinations are checked by [`server_settings`], whose error
+//! stops the server from starting.
+
+use crate::distributor::{self, DistributorKind, NoMachineId};
+use crate::error::CosidError;
+use crate::generator::{BackwardsPolicy, GeneratorConfig};
+use crate::layout::{self, Layout, TimeUnit};
+use pgrx::prelude::*;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
+use std::ffi::{CStr, CString};
+
+/// The longest namespace, in bytes: it is kept in shared memory.
+pub const MAX_NAMESPACE_LEN: usize = 63;
+
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TimeUnitSetting {
+    #[name = c"millisecond"]
+    Millisecond,
+    #[name = c"second"]
+    Second,
+}
+
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DistributorSetting {
+    #[name = c"manual"]
+    Manual,
+    #[name = c"stateful_set"]
+    StatefulSet,
+}
+
+static NAMESPACE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"cosid"));
+static DISTRIBUTOR: GucSetting<DistributorSetting> =
+    GucSetting::<DistributorSetting>::new(DistributorSetting::Manual);
+static MACHINE_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
+static EPOCH: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"2019-12-24T16:00:00Z"));
+static TIME_UNIT: GucSetting<TimeUnitSetting> =
+    GucSetting::<TimeUnitSetting>::new(TimeUnitSetting::Millisecond);
+static TIMESTAMP_BITS: GucSetting<i32> =
+    GucSetting::<i32>::new(layout::DEFAULT_TIMESTAMP_BITS as i32);
+static MACHINE_BITS: GucSetting<i32> = GucSetting::<i32>::new(layout::DEFAULT_MACHINE_BITS as i32);
+static SEQUENCE_BITS: GucSetting<i32> =
+    GucSetting::<i32>::new(layout::DEFAULT_SEQUENCE_BITS as i32);
+static SEQUENCE_RESET_THRESHOLD: GucSetting<i32> =
+    GucSetting::<i32>::new(crate::generator::DEFAULT_SEQUENCE_RESET_THRESHOLD as i32);
+static CLOCK_BACKWARDS_SPIN_THRESHOLD: GucSetting<i32> =
+    GucSetting::<i32>::new(crate::generator::DEFAULT_SPIN_THRESHOLD_MS as i32);
+static CLOCK_BACKWARDS_BROKEN_THRESHOLD: GucSetting<i32> =
+    GucSetting::<i32>::new(crate::generator::DEFAULT_BROKEN_THRESHOLD_MS as i32);
+
+/// Defines every setting. Runs in every process that loads the library, preloaded or not, so
+/// that the settings exist (and the decode functions can read the layout) everywhere.
+pub fn init() {
+    GucRegistry::define_string_guc(
+        c"cosid.namespace",
+        c"Namespace of the machine ids this server holds.",
+        c"Servers of one namespace hold distinct machine ids; ids of different namespaces may \
+          share one.",
+        &NAMESPACE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_enum_guc(
+        c"cosid.distributor",
+        c"Where the machine id comes from: manual or stateful_set.",
+        c"manual takes cosid.machine_id; stateful_set takes the ordinal at the end of HOSTNAME.",
+        &DISTRIBUTOR,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.machine_id",
+        c"The machine id for cosid.distributor = manual; -1 means unset.",
+        c"Must fit cosid.machine_bits and be unique among the servers of the namespace.",
+        &MACHINE_ID,
+        -1,
+        i32::MAX,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    // SAFETY: `check_epoch` is a `#[pg_guard]` function with the check-hook signature; it only
+    // reads its argument and sets the error detail PostgreSQL provides for check hooks.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"cosid.epoch",
+            c"Start of the id timestamps: Unix milliseconds or an ISO 8601 instant.",
+            c"CosId's epoch, 2019-12-24T16:00:00Z, by default.",
+            &EPOCH,
+            GucContext::Postmaster,
+            GucFlags::default(),
+            Some(check_epoch),
+            None,
+            None,
+        );
+    }
+    GucRegistry::define_enum_guc(
+        c"cosid.time_unit",
+        c"Unit of the id timestamps: millisecond or second.",
+        c"",
+        &TIME_UNIT,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.timestamp_bits",
+        c"Bits of an id that hold its timestamp.",
+        c"Timestamp, machine and sequence bits together may use at most 63 bits.",
+        &TIMESTAMP_BITS,
+        1,
+        63,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.machine_bits",
+        c"Bits of an id that hold the machine id.",
+        c"Timestamp, machine and sequence bits together may use at most 63 bits.",
+        &MACHINE_BITS,
+        0,
+        31,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.sequence_bits",
+        c"Bits of an id that hold the sequence within a tick.",
+        c"Timestamp, machine and sequence bits together may use at most 63 bits.",
+        &SEQUENCE_BITS,
+        1,
+        31,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.sequence_reset_threshold",
+        c"A new tick restarts the sequence only once it has reached this value.",
+        c"CosId's default, 2047, keeps id % n sharding even at low rates; 0 restarts the \
+          sequence at every tick.",
+        &SEQUENCE_RESET_THRESHOLD,
+        0,
+        i32::MAX,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.clock_backwards_spin_threshold",
+        c"A clock step back up to this long is waited out by spinning.",
+        c"",
+        &CLOCK_BACKWARDS_SPIN_THRESHOLD,
+        0,
+        1_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.clock_backwards_broken_threshold",
+        c"A clock step back up to this long is waited out by sleeping; a longer one is an error.",
+        c"",
+        &CLOCK_BACKWARDS_BROKEN_THRESHOLD,
+        0,
+        60_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_epoch(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to the proposed value, which is a NUL-terminated
+    // string or NULL.
+    let text = unsafe {
+        if newval.is_null() || (*newval).is_null() {
+            return true;
+        }
+        CStr::from_ptr(*newval).to_string_lossy().into_owned()
+    };
+    match layout::parse_epoch(&text) {
+        Ok(_) => true,
+        Err(why) => {
+            let detail = CString::new(why).unwrap_or_default();
+            // SAFETY: check hooks report their detail through this global, which PostgreSQL
+            // reads (and frees with the memory context) right after the hook returns false.
+            unsafe {
+                pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
+            }
+            false
+        }
+    }
+}
+
+fn string_setting(setting: &GucSetting<Option<CString>>) -> String {
+    setting
+        .get()
+        .map(|value| value.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Everything fixed at server start that the generator needs.
+#[derive(Clone, Debug)]
+pub struct ServerSettings {
+    pub config: GeneratorConfig,
+    pub namespace: String,
+    pub distributor: DistributorKind,
+    /// The machine id, or why there is none; without one the server runs, but `cosid_next()`
+    /// refuses and says why.
+    pub machine: Result<u32, NoMachineId>,
+}
+
+/// Reads and checks the server-start settings together.
+pub fn server_settings() -> Result<ServerSettings, CosidError> {
+    let layout = layout_setting()?;
+    let namespace = string_setting(&NAMESPACE);
+    if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
+        return Err(CosidError::invalid_argument(format!(
+            "invalid value for parameter \"cosid.namespace\": \"{namespace}\""
+        ))
+        .detail(format!(
+            "A namespace is 1 to {MAX_NAMESPACE_LEN} bytes long."
+        )));
+    }
+    let distributor = match DISTRIBUTOR.get() {
+        DistributorSetting::Manual => DistributorKind::Manual,
+        DistributorSetting::StatefulSet => DistributorKind::StatefulSet,
+    };
+    let hostname = std::env::var("HOSTNAME").ok();
+    let machine = distributor::resolve(
+        distributor,
+        i64::from(MACHINE_ID.get()),
+        hostname.as_deref(),
+        layout.max_machine_id(),
+    );
+    if let Err(why @ NoMachineId::ManualOutOfRange { .. }) = &machine {
+        return Err(CosidError::invalid_argument(format!(
+            "invalid value for parameter \"cosid.machine_id\": {}",
+            MACHINE_ID.get()
+        ))
+        .detail(why.detail())
+        .hint(why.hint()));
+    }
+    let (spin, broken) = (
+        CLOCK_BACKWARDS_SPIN_THRESHOLD.get(),
+        CLOCK_BACKWARDS_BROKEN_THRESHOLD.get(),
+    );
+    if spin > broken {
+        return Err(CosidError::invalid_argument(
+            "cosid.clock_backwards_spin_threshold exceeds cosid.clock_backwards_broken_threshold",
+        )
+        .detail(format!(
+            "The spin threshold is {spin} ms and the broken threshold {broken} ms."
+        ))
+        .hint("Set the spin threshold at most as long as the broken threshold."));
+    }
+    Ok(ServerSettings {
+        config: GeneratorConfig {
+            layout,
+            sequence_reset_threshold: SEQUENCE_RESET_THRESHOLD.get() as u32,
+        },
+        namespace,
+        distributor,
+        machine,
+    })
+}
+
+/// The layout the settings describe.
+pub fn layout_setting() -> Result<Layout, CosidError> {
+    let epoch_text = string_setting(&EPOCH);
+    let epoch_ms = layout::parse_epoch(&epoch_text).map_err(|why| {
+        CosidError::invalid_argument(format!(
+            "invalid value for parameter \"cosid.epoch\": \"{epoch_text}\""
+        ))
+        .detail(why)
+    })?;
+    let time_unit = match TIME_UNIT.get() {
+        TimeUnitSetting::Millisecond => TimeUnit::Millisecond,
+        TimeUnitSetting::Second => TimeUnit::Second,
+    };
+    Layout::new(
+        epoch_ms,
+        time_unit,
+        TIMESTAMP_BITS.get() as u32,
+        MACHINE_BITS.get() as u32,
+        SEQUENCE_BITS.get() as u32,
+    )
+    .map_err(|why| {
+        CosidError::invalid_argument("invalid combination of cosid layout settings")
+            .detail(format!("{why}."))
+            .hint(
+                "Choose cosid.timestamp_bits, cosid.machine_bits and cosid.sequence_bits that \
+                 add up to at most 63, and restart the server.",
+            )
+    })
+}
+
+/// The clock step back thresholds, as they are now (they reload on SIGHUP).
+pub fn backwards_policy() -> BackwardsPolicy {
+    let spin = CLOCK_BACKWARDS_SPIN_THRESHOLD.get().max(0) as u64;
+    let broken = CLOCK_BACKWARDS_BROKEN_THRESHOLD.get().max(0) as u64;
+    BackwardsPolicy {
+        spin_threshold_ms: spin.min(broken),
+        broken_threshold_ms: broken,
+    }
+}
