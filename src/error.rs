@@ -25,7 +25,10 @@ impl CosidError {
 
     /// 55000: a precondition of generating is not met (no lease, not preloaded, bad clock).
     pub fn prerequisite(message: impl Into<String>) -> CosidError {
-        CosidError::new(PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, message)
+        CosidError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            message,
+        )
     }
 
     /// 22023: an argument that is not what the function takes.

@@ -37,6 +37,8 @@ static NAMESPACE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::n
 static DISTRIBUTOR: GucSetting<DistributorSetting> =
     GucSetting::<DistributorSetting>::new(DistributorSetting::Manual);
 static MACHINE_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
+// The layout settings are read by name (see `layout_setting`); these statics only hold the
+// values PostgreSQL checked against each setting's range.
 static EPOCH: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"2019-12-24T16:00:00Z"));
 static TIME_UNIT: GucSetting<TimeUnitSetting> =
@@ -53,9 +55,41 @@ static CLOCK_BACKWARDS_SPIN_THRESHOLD: GucSetting<i32> =
 static CLOCK_BACKWARDS_BROKEN_THRESHOLD: GucSetting<i32> =
     GucSetting::<i32>::new(crate::generator::DEFAULT_BROKEN_THRESHOLD_MS as i32);
 
-/// Defines every setting. Runs in every process that loads the library, preloaded or not, so
-/// that the settings exist (and the decode functions can read the layout) everywhere.
-pub fn init() {
+/// Defines the settings. The reloadable ones are defined in every process that loads the
+/// library; the server-start ones only while preloading, because PostgreSQL refuses to define
+/// them later. Where the library is not preloaded, [`layout_setting`] still reads the layout from
+/// the values in the configuration file.
+pub fn init(preloading: bool) {
+    define_reloadable();
+    if preloading {
+        define_server_start();
+    }
+}
+
+fn define_reloadable() {
+    GucRegistry::define_int_guc(
+        c"cosid.clock_backwards_spin_threshold",
+        c"A clock step back up to this long is waited out by spinning.",
+        c"",
+        &CLOCK_BACKWARDS_SPIN_THRESHOLD,
+        0,
+        1_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.clock_backwards_broken_threshold",
+        c"A clock step back up to this long is waited out by sleeping; a longer one is an error.",
+        c"",
+        &CLOCK_BACKWARDS_BROKEN_THRESHOLD,
+        0,
+        60_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+}
+
+fn define_server_start() {
     GucRegistry::define_string_guc(
         c"cosid.namespace",
         c"Namespace of the machine ids this server holds.",
@@ -146,26 +180,6 @@ pub fn init() {
         i32::MAX,
         GucContext::Postmaster,
         GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"cosid.clock_backwards_spin_threshold",
-        c"A clock step back up to this long is waited out by spinning.",
-        c"",
-        &CLOCK_BACKWARDS_SPIN_THRESHOLD,
-        0,
-        1_000,
-        GucContext::Sighup,
-        GucFlags::UNIT_MS,
-    );
-    GucRegistry::define_int_guc(
-        c"cosid.clock_backwards_broken_threshold",
-        c"A clock step back up to this long is waited out by sleeping; a longer one is an error.",
-        c"",
-        &CLOCK_BACKWARDS_BROKEN_THRESHOLD,
-        0,
-        60_000,
-        GucContext::Sighup,
-        GucFlags::UNIT_MS,
     );
 }
 
@@ -270,25 +284,75 @@ pub fn server_settings() -> Result<ServerSettings, CosidError> {
     })
 }
 
-/// The layout the settings describe.
+/// The current value of a setting as PostgreSQL prints it, defined or only a placeholder from
+/// the configuration file; `None` when it is not set anywhere.
+fn setting_text(name: &CStr) -> Option<String> {
+    // SAFETY: GetConfigOption only reads the settings table; with missing_ok it returns NULL for
+    // an unknown name, and otherwise a string valid until the setting next changes, which we copy
+    // at once.
+    unsafe {
+        let value = pg_sys::GetConfigOption(name.as_ptr(), true, false);
+        (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+    }
+}
+
+fn invalid_setting(name: &CStr, value: &str) -> CosidError {
+    CosidError::invalid_argument(format!(
+        "invalid value for parameter \"{}\": \"{value}\"",
+        name.to_string_lossy()
+    ))
+}
+
+fn bits_setting(
+    name: &CStr,
+    default: u32,
+    range: std::ops::RangeInclusive<u32>,
+) -> Result<u32, CosidError> {
+    let Some(text) = setting_text(name) else {
+        return Ok(default);
+    };
+    match text.trim().parse::<u32>() {
+        Ok(bits) if range.contains(&bits) => Ok(bits),
+        _ => Err(invalid_setting(name, &text).detail(format!(
+            "{} must be an integer from {} to {}.",
+            name.to_string_lossy(),
+            range.start(),
+            range.end()
+        ))),
+    }
+}
+
+/// The layout the settings describe. It reads the settings by name rather than through the
+/// statics, so that it works where the library is not preloaded and they are not defined.
 pub fn layout_setting() -> Result<Layout, CosidError> {
-    let epoch_text = string_setting(&EPOCH);
-    let epoch_ms = layout::parse_epoch(&epoch_text).map_err(|why| {
-        CosidError::invalid_argument(format!(
-            "invalid value for parameter \"cosid.epoch\": \"{epoch_text}\""
-        ))
-        .detail(why)
-    })?;
-    let time_unit = match TIME_UNIT.get() {
-        TimeUnitSetting::Millisecond => TimeUnit::Millisecond,
-        TimeUnitSetting::Second => TimeUnit::Second,
+    let epoch_text = setting_text(c"cosid.epoch").unwrap_or_else(|| "2019-12-24T16:00:00Z".into());
+    let epoch_ms = layout::parse_epoch(&epoch_text)
+        .map_err(|why| invalid_setting(c"cosid.epoch", &epoch_text).detail(why))?;
+    let time_unit = match setting_text(c"cosid.time_unit") {
+        None => TimeUnit::Millisecond,
+        Some(text) => match text.trim().to_ascii_lowercase().as_str() {
+            "millisecond" => TimeUnit::Millisecond,
+            "second" => TimeUnit::Second,
+            _ => {
+                return Err(invalid_setting(c"cosid.time_unit", &text)
+                    .detail("Available values: millisecond, second."))
+            }
+        },
     };
     Layout::new(
         epoch_ms,
         time_unit,
-        TIMESTAMP_BITS.get() as u32,
-        MACHINE_BITS.get() as u32,
-        SEQUENCE_BITS.get() as u32,
+        bits_setting(
+            c"cosid.timestamp_bits",
+            layout::DEFAULT_TIMESTAMP_BITS,
+            1..=63,
+        )?,
+        bits_setting(c"cosid.machine_bits", layout::DEFAULT_MACHINE_BITS, 0..=31)?,
+        bits_setting(
+            c"cosid.sequence_bits",
+            layout::DEFAULT_SEQUENCE_BITS,
+            1..=31,
+        )?,
     )
     .map_err(|why| {
         CosidError::invalid_argument("invalid combination of cosid layout settings")

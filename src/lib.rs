@@ -19,10 +19,11 @@ use pgrx::prelude::*;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    guc::init();
     // SAFETY: PostgreSQL sets this flag while it loads shared_preload_libraries, before it forks
     // any process; reading it is a plain read of a global.
-    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    guc::init(preloading);
+    if !preloading {
         return;
     }
     let settings = guc::server_settings().or_raise();

@@ -23,7 +23,10 @@ const POSTGRES_EPOCH_UNIX_MS: i64 = 946_684_800_000;
 #[pg_extern(volatile, parallel_safe)]
 fn cosid_next() -> i64 {
     let slot = shmem::default_generator().or_raise();
-    match slot.state.next_id(&slot.config, &mut ServerClock::default()) {
+    match slot
+        .state
+        .next_id(&slot.config, &mut ServerClock::default())
+    {
         Ok(id) => id,
         Err(why) => generate_error(slot, why).raise(),
     }
@@ -215,10 +218,10 @@ fn timestamptz(unix_ms: i64) -> Result<TimestampWithTimeZone, CosidError> {
 
 fn unix_ms(ts: TimestampWithTimeZone) -> Result<i64, CosidError> {
     if !ts.is_finite() {
-        return Err(
-            CosidError::timestamp_out_of_range("cannot convert an infinite timestamp to a cosid id")
-                .detail("Ids only exist for finite timestamps within the layout's range."),
-        );
+        return Err(CosidError::timestamp_out_of_range(
+            "cannot convert an infinite timestamp to a cosid id",
+        )
+        .detail("Ids only exist for finite timestamps within the layout's range."));
     }
     let micros: i64 = ts.into();
     Ok(micros.div_euclid(1000) + POSTGRES_EPOCH_UNIX_MS)
@@ -255,8 +258,9 @@ fn parse_error(layout: &Layout, text: &str, why: ParseError) -> CosidError {
                 .detail(friendly_form)
         }
         ParseError::Number(part) => {
-            CosidError::invalid_argument(format!("invalid cosid friendly id: \"{text}\""))
-                .detail(format!("Its {part} is not a decimal number. {friendly_form}"))
+            CosidError::invalid_argument(format!("invalid cosid friendly id: \"{text}\"")).detail(
+                format!("Its {part} is not a decimal number. {friendly_form}"),
+            )
         }
         ParseError::OutOfRange(part, max) => {
             CosidError::out_of_range(format!("cosid friendly id \"{text}\" is out of range"))
@@ -324,14 +328,13 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
         GenerateError::TimeRange(range) => {
             time_range_error(&slot.config.layout, range, "the current time")
         }
-        GenerateError::BoundReached { bound_unix_ms } => CosidError::prerequisite(
-            "cosid reached the watermark of its lease",
-        )
-        .detail(format!(
-            "No id of namespace \"{}\" may have a timestamp at or after {} until the lease is \
+        GenerateError::BoundReached { bound_unix_ms } => {
+            CosidError::prerequisite("cosid reached the watermark of its lease").detail(format!(
+                "No id of namespace \"{}\" may have a timestamp at or after {} until the lease is \
              renewed.",
-            slot.namespace(),
-            layout::format_unix_ms(bound_unix_ms)
-        )),
+                slot.namespace(),
+                layout::format_unix_ms(bound_unix_ms)
+            ))
+        }
     }
 }

@@ -28,7 +28,10 @@ pub enum NoMachineId {
     /// `manual`, and `cosid.machine_id` is unset (-1).
     ManualUnset { max_machine_id: u32 },
     /// `manual`, and `cosid.machine_id` does not fit the machine bits.
-    ManualOutOfRange { machine_id: i64, max_machine_id: u32 },
+    ManualOutOfRange {
+        machine_id: i64,
+        max_machine_id: u32,
+    },
     /// `stateful_set`, and `HOSTNAME` is not set.
     HostnameUnset,
     /// `stateful_set`, and `HOSTNAME` does not end in `-<ordinal>`.
@@ -123,11 +126,10 @@ pub fn resolve(
         }
         DistributorKind::StatefulSet => {
             let hostname = hostname.ok_or(NoMachineId::HostnameUnset)?;
-            let ordinal = hostname_ordinal(hostname).ok_or_else(|| {
-                NoMachineId::HostnameWithoutOrdinal {
+            let ordinal =
+                hostname_ordinal(hostname).ok_or_else(|| NoMachineId::HostnameWithoutOrdinal {
                     hostname: hostname.to_string(),
-                }
-            })?;
+                })?;
             if ordinal > u64::from(max_machine_id) {
                 return Err(NoMachineId::OrdinalOutOfRange {
                     hostname: hostname.to_string(),
@@ -167,7 +169,10 @@ mod tests {
         assert_eq!(hostname_ordinal("-3"), None);
         assert_eq!(hostname_ordinal("pg-3a"), None);
         assert_eq!(hostname_ordinal("pg3"), None);
-        assert_eq!(hostname_ordinal("pg-99999999999999999999999"), Some(u64::MAX));
+        assert_eq!(
+            hostname_ordinal("pg-99999999999999999999999"),
+            Some(u64::MAX)
+        );
     }
 
     #[test]
@@ -176,7 +181,9 @@ mod tests {
         assert_eq!(resolve(DistributorKind::Manual, 1023, None, 1023), Ok(1023));
         assert_eq!(
             resolve(DistributorKind::Manual, -1, None, 1023),
-            Err(NoMachineId::ManualUnset { max_machine_id: 1023 })
+            Err(NoMachineId::ManualUnset {
+                max_machine_id: 1023
+            })
         );
         assert_eq!(
             resolve(DistributorKind::Manual, 1024, None, 1023),

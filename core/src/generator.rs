@@ -372,7 +372,11 @@ mod tests {
 
     fn parts(config: &GeneratorConfig, id: i64) -> (i64, u32, u32) {
         let p = config.layout.decompose(id).unwrap();
-        (config.layout.ticks_to_unix_ms(p.ticks), p.machine_id, p.sequence)
+        (
+            config.layout.ticks_to_unix_ms(p.ticks),
+            p.machine_id,
+            p.sequence,
+        )
     }
 
     const T0: i64 = 1_700_000_000_000;
@@ -390,7 +394,10 @@ mod tests {
         fn generate(&mut self, clock: &mut ScriptedClock) -> i64 {
             let layout = self.config.layout;
             let mut now = layout.unix_ms_to_ticks(clock.unix_ms()).unwrap();
-            assert!(now >= self.last_ticks, "the model does not handle clock steps back");
+            assert!(
+                now >= self.last_ticks,
+                "the model does not handle clock steps back"
+            );
             if now > self.last_ticks && self.sequence >= self.config.sequence_reset_threshold {
                 self.sequence = 0;
             }
@@ -478,7 +485,11 @@ mod tests {
             state.next_id(&config, &mut clock),
             Err(GenerateError::ClockStalled { .. })
         ));
-        assert_eq!(state.last_word(), last, "a refusal leaves the state as it was");
+        assert_eq!(
+            state.last_word(),
+            last,
+            "a refusal leaves the state as it was"
+        );
         // ...and once the clock moves, it gets sequence 0 of the next millisecond, as in CosId.
         clock.spin_advance_ms = 1;
         clock.monotonic = 0;
@@ -555,7 +566,10 @@ mod tests {
         state.next_id(&config, &mut clock).unwrap();
         assert!(matches!(
             state.next_id(&config, &mut clock),
-            Err(GenerateError::ClockBackwards { broken_threshold_ms: 4, .. })
+            Err(GenerateError::ClockBackwards {
+                broken_threshold_ms: 4,
+                ..
+            })
         ));
     }
 
@@ -566,7 +580,10 @@ mod tests {
         state.close();
         assert!(!state.is_open());
         let mut clock = ScriptedClock::new(&[T0 + 1]);
-        assert_eq!(state.next_id(&config, &mut clock), Err(GenerateError::Closed));
+        assert_eq!(
+            state.next_id(&config, &mut clock),
+            Err(GenerateError::Closed)
+        );
         assert_eq!(state.stats().ids_issued, 0);
     }
 
@@ -580,7 +597,9 @@ mod tests {
         assert!(state.next_id(&config, &mut clock).is_ok());
         assert_eq!(
             state.next_id(&config, &mut clock),
-            Err(GenerateError::BoundReached { bound_unix_ms: T0 + 5 })
+            Err(GenerateError::BoundReached {
+                bound_unix_ms: T0 + 5
+            })
         );
     }
 
@@ -628,7 +647,11 @@ mod tests {
         let config = config(12, 2047);
         let state = GeneratorState::closed();
         let now = SystemClock.unix_ms();
-        state.open(&config.layout, 77, config.layout.unix_ms_to_ticks(now).unwrap());
+        state.open(
+            &config.layout,
+            77,
+            config.layout.unix_ms_to_ticks(now).unwrap(),
+        );
         let per_thread = 50_000;
         let all: Vec<Vec<i64>> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)

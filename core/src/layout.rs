@@ -166,7 +166,10 @@ impl Layout {
         }
         // At most 62 bits here: the sequence has at least one.
         let span_ms = (1i64 << timestamp_bits).checked_mul(time_unit.millis_per_tick());
-        if span_ms.and_then(|span| span.checked_add(epoch_ms)).is_none() {
+        if span_ms
+            .and_then(|span| span.checked_add(epoch_ms))
+            .is_none()
+        {
             return Err(LayoutError::TimeRangeTooLarge);
         }
         Ok(Layout {
@@ -300,7 +303,13 @@ impl Layout {
         let stamp = match self.time_unit {
             TimeUnit::Millisecond => format!(
                 "{:04}{:02}{:02}{:02}{:02}{:02}{:03}",
-                civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second, civil.milli
+                civil.year,
+                civil.month,
+                civil.day,
+                civil.hour,
+                civil.minute,
+                civil.second,
+                civil.milli
             ),
             TimeUnit::Second => format!(
                 "{:04}{:02}{:02}{:02}{:02}{:02}",
@@ -361,12 +370,12 @@ pub fn parse_epoch(text: &str) -> Result<i64, String> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return text
             .parse::<i64>()
-            .map_err(|_| format!("\"{text}\" is too large for Unix milliseconds"));
+            .map_err(|_| format!("\"{text}\" is too large for Unix milliseconds."));
     }
     parse_iso_instant(text).ok_or_else(|| {
         format!(
             "\"{text}\" is neither Unix milliseconds nor an ISO 8601 instant such as \
-             \"2019-12-24T16:00:00Z\""
+             \"2019-12-24T16:00:00Z\"."
         )
     })
 }
@@ -405,7 +414,10 @@ fn parse_iso_instant(text: &str) -> Option<i64> {
             civil.second = digits(at + 1, 2)?;
             at += 3;
             if expect(at, b'.') {
-                let fraction_len = text[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+                let fraction_len = text[at + 1..]
+                    .bytes()
+                    .take_while(u8::is_ascii_digit)
+                    .count();
                 if fraction_len == 0 {
                     return None;
                 }
@@ -432,7 +444,11 @@ fn parse_iso_instant(text: &str) -> Option<i64> {
                 5 if zone.as_bytes()[2] == b':' => (&zone[..2], &zone[3..]),
                 _ => return None,
             };
-            if !(hours.bytes().chain(minutes.bytes()).all(|b| b.is_ascii_digit())) {
+            if !(hours
+                .bytes()
+                .chain(minutes.bytes())
+                .all(|b| b.is_ascii_digit()))
+            {
                 return None;
             }
             let hours: i64 = hours.parse().ok()?;
@@ -583,7 +599,8 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let era = year.div_euclid(400);
     let year_of_era = year - era * 400;
     let month = i64::from(month);
-    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
     let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
     era * 146_097 + day_of_era - 719_468
 }
@@ -652,15 +669,31 @@ mod tests {
             Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 3, 8).unwrap(),
         ] {
             let corners = [
-                IdParts { ticks: 0, machine_id: 0, sequence: 0 },
+                IdParts {
+                    ticks: 0,
+                    machine_id: 0,
+                    sequence: 0,
+                },
                 IdParts {
                     ticks: layout.max_ticks(),
                     machine_id: layout.max_machine_id(),
                     sequence: layout.max_sequence(),
                 },
-                IdParts { ticks: layout.max_ticks(), machine_id: 0, sequence: 0 },
-                IdParts { ticks: 0, machine_id: layout.max_machine_id(), sequence: 0 },
-                IdParts { ticks: 0, machine_id: 0, sequence: layout.max_sequence() },
+                IdParts {
+                    ticks: layout.max_ticks(),
+                    machine_id: 0,
+                    sequence: 0,
+                },
+                IdParts {
+                    ticks: 0,
+                    machine_id: layout.max_machine_id(),
+                    sequence: 0,
+                },
+                IdParts {
+                    ticks: 0,
+                    machine_id: 0,
+                    sequence: layout.max_sequence(),
+                },
             ];
             for parts in corners {
                 let id = layout.compose(parts);
@@ -684,8 +717,14 @@ mod tests {
     fn the_largest_bigint_round_trips_through_radix62() {
         assert_eq!(to_radix62(i64::MAX).unwrap(), "AzL8n0Y58m7");
         assert_eq!(from_radix62("AzL8n0Y58m7"), Ok(i64::MAX));
-        assert_eq!(from_radix62("AzL8n0Y58m8"), Err(ParseError::Radix62Overflow));
-        assert_eq!(from_radix62("zzzzzzzzzzz"), Err(ParseError::Radix62Overflow));
+        assert_eq!(
+            from_radix62("AzL8n0Y58m8"),
+            Err(ParseError::Radix62Overflow)
+        );
+        assert_eq!(
+            from_radix62("zzzzzzzzzzz"),
+            Err(ParseError::Radix62Overflow)
+        );
         assert_eq!(to_radix62(0).unwrap(), "00000000000");
         assert_eq!(to_radix62(-1), None);
     }
@@ -693,7 +732,11 @@ mod tests {
     #[test]
     fn bad_radix62_is_refused() {
         for text in ["", "000000000000", "abc-", "é", " 0"] {
-            assert_eq!(from_radix62(text), Err(ParseError::Radix62Digits), "{text:?}");
+            assert_eq!(
+                from_radix62(text),
+                Err(ParseError::Radix62Digits),
+                "{text:?}"
+            );
         }
     }
 
@@ -702,10 +745,22 @@ mod tests {
         let layout = Layout::cosid_default();
         assert_eq!(layout.from_friendly("garbage"), Err(ParseError::Shape));
         assert_eq!(layout.from_friendly("1-2-3-4"), Err(ParseError::Shape));
-        assert_eq!(layout.from_friendly("2022032005361792-5-0"), Err(ParseError::Timestamp));
-        assert_eq!(layout.from_friendly("20221320053617924-5-0"), Err(ParseError::Timestamp));
-        assert_eq!(layout.from_friendly("20230229053617924-5-0"), Err(ParseError::Timestamp));
-        assert_eq!(layout.from_friendly("20220320243617924-5-0"), Err(ParseError::Timestamp));
+        assert_eq!(
+            layout.from_friendly("2022032005361792-5-0"),
+            Err(ParseError::Timestamp)
+        );
+        assert_eq!(
+            layout.from_friendly("20221320053617924-5-0"),
+            Err(ParseError::Timestamp)
+        );
+        assert_eq!(
+            layout.from_friendly("20230229053617924-5-0"),
+            Err(ParseError::Timestamp)
+        );
+        assert_eq!(
+            layout.from_friendly("20220320243617924-5-0"),
+            Err(ParseError::Timestamp)
+        );
         assert_eq!(
             layout.from_friendly("20220320053617924-x-0"),
             Err(ParseError::Number("machine id"))
@@ -765,7 +820,10 @@ mod tests {
             layout.smallest_id_at(layout.max_unix_ms() + 1),
             Err(TimeRangeError::AfterMaximum)
         );
-        assert_eq!(layout.smallest_id_at(i64::MIN), Err(TimeRangeError::BeforeEpoch));
+        assert_eq!(
+            layout.smallest_id_at(i64::MIN),
+            Err(TimeRangeError::BeforeEpoch)
+        );
     }
 
     #[test]
@@ -784,7 +842,9 @@ mod tests {
         );
         assert_eq!(
             Layout::new(COSID_EPOCH_MS + 1, TimeUnit::Second, 31, 10, 22),
-            Err(LayoutError::EpochNotWholeSecond { epoch_ms: COSID_EPOCH_MS + 1 })
+            Err(LayoutError::EpochNotWholeSecond {
+                epoch_ms: COSID_EPOCH_MS + 1
+            })
         );
         assert_eq!(
             Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 54, 0, 9),
@@ -807,7 +867,10 @@ mod tests {
             layout.ticks_to_unix_ms(layout.decompose(id).unwrap().ticks),
             1_647_754_577_000
         );
-        assert_eq!(layout.from_friendly("20220320053617924-5-0"), Err(ParseError::Timestamp));
+        assert_eq!(
+            layout.from_friendly("20220320053617924-5-0"),
+            Err(ParseError::Timestamp)
+        );
     }
 
     #[test]
@@ -839,8 +902,14 @@ mod tests {
             assert_eq!(parse_epoch(text), Ok(COSID_EPOCH_MS), "{text}");
         }
         assert_eq!(parse_epoch("1970-01-01"), Ok(0));
-        assert_eq!(parse_epoch("2019-12-24T16:00:00.5Z"), Ok(COSID_EPOCH_MS + 500));
-        assert_eq!(parse_epoch("2019-12-24T16:00:00.1239Z"), Ok(COSID_EPOCH_MS + 123));
+        assert_eq!(
+            parse_epoch("2019-12-24T16:00:00.5Z"),
+            Ok(COSID_EPOCH_MS + 500)
+        );
+        assert_eq!(
+            parse_epoch("2019-12-24T16:00:00.1239Z"),
+            Ok(COSID_EPOCH_MS + 123)
+        );
         for bad in [
             "",
             "yesterday",

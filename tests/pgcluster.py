@@ -1,0 +1,199 @@
+"""Real PostgreSQL clusters for cosid's tests: created with initdb, run by the `postgres` user
+(PostgreSQL refuses to run as root), on loopback, in folders under target/test-clusters.
+
+Only the standard library is used, plus Debian's PostgreSQL 15 binaries.
+"""
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
+PG_BIN = Path(subprocess.check_output([PG_CONFIG, "--bindir"], text=True).strip())
+PG_PKGLIB = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip())
+CLUSTERS = ROOT / "target" / "test-clusters"
+RUN_AS = "postgres"
+
+
+def as_postgres(command, env=None):
+    """The command, run as the postgres user when we are root, with extra environment."""
+    prefix = []
+    if os.geteuid() == 0:
+        prefix = ["runuser", "-u", RUN_AS, "--"]
+    if env:
+        prefix += ["env"] + [f"{key}={value}" for key, value in env.items()]
+    return prefix + [str(part) for part in command]
+
+
+def chown_to_postgres(path):
+    if os.geteuid() != 0:
+        return
+    user = pwd.getpwnam(RUN_AS)
+    for directory, _, files in os.walk(path):
+        os.chown(directory, user.pw_uid, user.pw_gid)
+        for name in files:
+            os.chown(os.path.join(directory, name), user.pw_uid, user.pw_gid)
+
+
+class SqlError(Exception):
+    def __init__(self, sqlstate, message, stderr):
+        super().__init__(f"{sqlstate}: {message}")
+        self.sqlstate = sqlstate
+        self.message = message
+        self.stderr = stderr
+
+
+class Cluster:
+    """One PostgreSQL server: its data directory, settings, log and process."""
+
+    def __init__(self, name, port, settings=None, preload=True, env=None):
+        self.name = name
+        self.port = port
+        self.base = CLUSTERS / name
+        self.data = self.base / "data"
+        self.logfile = self.base / "server.log"
+        self.settings = dict(settings or {})
+        self.preload = preload
+        self.env = dict(env or {})
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def init(self):
+        if self.base.exists():
+            self.stop(check=False)
+            shutil.rmtree(self.base)
+        self.base.mkdir(parents=True)
+        chown_to_postgres(self.base)
+        subprocess.run(
+            as_postgres([PG_BIN / "initdb", "-D", self.data, "-U", "postgres",
+                         "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"]),
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.write_settings()
+        return self
+
+    def write_settings(self):
+        """(Re)writes the settings file the cluster includes; takes effect at the next start."""
+        lines = {
+            "port": self.port,
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self.base}'",
+            "max_connections": 250,
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "restart_after_crash": "on",
+            "log_line_prefix": "'%m [%p] '",
+        }
+        if self.preload:
+            lines["shared_preload_libraries"] = "'cosid'"
+        lines.update(self.settings)
+        text = "".join(f"{key} = {value}\n" for key, value in lines.items())
+        (self.data / "cosid_test.conf").write_text(text)
+        conf = self.data / "postgresql.conf"
+        if "include = 'cosid_test.conf'" not in conf.read_text():
+            with conf.open("a") as handle:
+                handle.write("\ninclude = 'cosid_test.conf'\n")
+        chown_to_postgres(self.data)
+
+    def start(self, check=True):
+        """Starts the server and waits until it accepts connections. With check=False, returns
+        whether it started instead of raising."""
+        result = subprocess.run(
+            as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-l", self.logfile, "-w",
+                         "-t", "60", "start"], env=self.env),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if result.returncode != 0:
+            if check:
+                raise RuntimeError(f"{self.name} did not start:\n{result.stdout}\n{self.log()}")
+            return False
+        return True
+
+    def stop(self, mode="fast", check=True):
+        if not (self.data / "postmaster.pid").exists():
+            return
+        subprocess.run(
+            as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60",
+                         "stop"]),
+            check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def postmaster_pid(self):
+        return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+
+    def kill9_postmaster(self):
+        os.kill(self.postmaster_pid(), signal.SIGKILL)
+
+    def log(self):
+        return self.logfile.read_text(errors="replace") if self.logfile.exists() else ""
+
+    def wait_ready(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            probe = subprocess.run([PG_BIN / "pg_isready", "-h", "127.0.0.1", "-p",
+                                    str(self.port), "-U", "postgres", "-t", "1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if probe.returncode == 0:
+                try:
+                    self.query("SELECT 1")
+                    return
+                except SqlError:
+                    pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout} s:\n{self.log()[-3000:]}")
+
+    # -- SQL ------------------------------------------------------------------------------------
+
+    def psql_command(self, db="postgres", *extra):
+        return [str(PG_BIN / "psql"), "-X", "-q", "-h", "127.0.0.1", "-p", str(self.port),
+                "-U", "postgres", "-d", db, *extra]
+
+    def query(self, sql, db="postgres"):
+        """Runs SQL, returns its output as unaligned tuples; raises SqlError with the SQLSTATE."""
+        result = subprocess.run(
+            self.psql_command(db, "-At", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose",
+                              "-c", sql),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if result.returncode != 0:
+            raise parse_error(result.stderr)
+        return result.stdout.strip()
+
+    def rows(self, sql, db="postgres"):
+        out = self.query(sql, db)
+        return [line.split("|") for line in out.splitlines()] if out else []
+
+    def backend_pids(self, like):
+        return [int(pid) for (pid,) in self.rows(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE "
+            f"'{like}' AND pid <> pg_backend_pid()")]
+
+
+def parse_error(stderr):
+    """The SQLSTATE and message of a psql error printed with VERBOSITY verbose."""
+    for line in stderr.splitlines():
+        for level in ("ERROR:", "FATAL:"):
+            if line.startswith(level):
+                rest = line[len(level):].strip()
+                code, _, message = rest.partition(": ")
+                if len(code) == 5:
+                    return SqlError(code, message, stderr)
+                return SqlError(None, rest, stderr)
+    return SqlError(None, stderr.strip(), stderr)
+
+
+def free_port(preferred):
+    """`preferred`, unless something already listens there; then the next free one."""
+    import socket
+    port = preferred
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+        port += 1

@@ -1,0 +1,48 @@
+"""SQL golden tests (pg_regress): every function and error of the SQL surface, on a server that
+preloads cosid and on one that does not."""
+
+import subprocess
+import unittest
+
+from pgcluster import CLUSTERS, PG_BIN, PG_PKGLIB, ROOT, Cluster, free_port
+
+REGRESS = ROOT / "tests" / "regress"
+PG_REGRESS = PG_PKGLIB / "pgxs" / "src" / "test" / "regress" / "pg_regress"
+
+
+def pg_regress(cluster, *tests):
+    """Runs the named tests against the cluster; returns (passed, output with the diffs)."""
+    outdir = CLUSTERS / f"{cluster.name}-regress"
+    outdir.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        [PG_REGRESS, f"--inputdir={REGRESS}", f"--outputdir={outdir}", f"--bindir={PG_BIN}",
+         "--host=127.0.0.1", f"--port={cluster.port}", "--user=postgres",
+         "--dbname=cosid_regress", *tests],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    diffs = outdir / "regression.diffs"
+    output = result.stdout + (diffs.read_text() if diffs.exists() else "")
+    return result.returncode == 0, output
+
+
+class SqlSurface(unittest.TestCase):
+    def test_preloaded_server(self):
+        cluster = Cluster("regress-preloaded", free_port(55110), {"cosid.machine_id": 5}).init()
+        cluster.start()
+        try:
+            passed, output = pg_regress(cluster, "surface")
+            self.assertTrue(passed, output)
+        finally:
+            cluster.stop()
+
+    def test_server_without_preload(self):
+        cluster = Cluster("regress-not-preloaded", free_port(55111), preload=False).init()
+        cluster.start()
+        try:
+            passed, output = pg_regress(cluster, "not_preloaded")
+            self.assertTrue(passed, output)
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
