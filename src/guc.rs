@@ -9,7 +9,7 @@
 use crate::distributor::{self, DistributorKind, NoMachineId};
 use crate::error::CosidError;
 use crate::generator::{BackwardsPolicy, GeneratorConfig};
-use crate::layout::{self, Layout, TimeUnit};
+use crate::layout::{self, Layout, LayoutError, TimeUnit};
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::ffi::{CStr, CString};
@@ -60,11 +60,53 @@ static CLOCK_BACKWARDS_BROKEN_THRESHOLD: GucSetting<i32> =
 /// them later. Where the library is not preloaded, [`layout_setting`] still reads the layout from
 /// the values in the configuration file.
 pub fn init(preloading: bool) {
+    if !preloading {
+        define_reloadable();
+        return;
+    }
+    // PostgreSQL answers a value it rejects for a newly defined setting with a WARNING, and then
+    // runs with the default: a server meant to use 3 machine bits would start with 10. Read what
+    // the configuration says before defining, and refuse to start if PostgreSQL rejects it.
+    let configured: Vec<(&CStr, String)> = ALL_SETTINGS
+        .iter()
+        .filter_map(|name| setting_text(name).map(|value| (*name, value)))
+        .collect();
     define_reloadable();
-    if preloading {
-        define_server_start();
+    define_server_start();
+    for (name, value) in configured {
+        let value = CString::new(value).unwrap_or_default();
+        // SAFETY: both strings are NUL-terminated and outlive the call. With changeVal = false
+        // PostgreSQL only checks the value; with elevel = ERROR a rejected value raises, which
+        // during preloading stops the server with PostgreSQL's own message (the setting's name
+        // and its valid range).
+        unsafe {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_POSTMASTER,
+                pg_sys::GucSource::PGC_S_FILE,
+                pg_sys::GucAction::GUC_ACTION_SET,
+                false,
+                PgLogLevel::ERROR as std::ffi::c_int,
+                false,
+            );
+        }
     }
 }
+
+const ALL_SETTINGS: [&CStr; 11] = [
+    c"cosid.namespace",
+    c"cosid.distributor",
+    c"cosid.machine_id",
+    c"cosid.epoch",
+    c"cosid.time_unit",
+    c"cosid.timestamp_bits",
+    c"cosid.machine_bits",
+    c"cosid.sequence_bits",
+    c"cosid.sequence_reset_threshold",
+    c"cosid.clock_backwards_spin_threshold",
+    c"cosid.clock_backwards_broken_threshold",
+];
 
 fn define_reloadable() {
     GucRegistry::define_int_guc(
@@ -355,12 +397,18 @@ pub fn layout_setting() -> Result<Layout, CosidError> {
         )?,
     )
     .map_err(|why| {
+        let hint = match why {
+            LayoutError::EpochNotWholeSecond { .. } => {
+                "Set cosid.epoch to a whole second, and restart the server."
+            }
+            _ => {
+                "Choose cosid.timestamp_bits, cosid.machine_bits and cosid.sequence_bits that \
+                 add up to at most 63, and restart the server."
+            }
+        };
         CosidError::invalid_argument("invalid combination of cosid layout settings")
             .detail(format!("{why}."))
-            .hint(
-                "Choose cosid.timestamp_bits, cosid.machine_bits and cosid.sequence_bits that \
-                 add up to at most 63, and restart the server.",
-            )
+            .hint(hint)
     })
 }
 

@@ -26,7 +26,10 @@ def as_postgres(command, env=None):
     if os.geteuid() == 0:
         prefix = ["runuser", "-u", RUN_AS, "--"]
     if env:
-        prefix += ["env"] + [f"{key}={value}" for key, value in env.items()]
+        # A value of None removes the variable from the environment.
+        prefix += ["env"]
+        for key, value in env.items():
+            prefix += ["-u", key] if value is None else [f"{key}={value}"]
     return prefix + [str(part) for part in command]
 
 
@@ -60,6 +63,10 @@ class Cluster:
         self.settings = dict(settings or {})
         self.preload = preload
         self.env = dict(env or {})
+
+    def server_env(self):
+        # A Rust backtrace would be appended to every error's DETAIL.
+        return {"RUST_BACKTRACE": None, **self.env}
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -105,7 +112,7 @@ class Cluster:
         whether it started instead of raising."""
         result = subprocess.run(
             as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-l", self.logfile, "-w",
-                         "-t", "60", "start"], env=self.env),
+                         "-t", "60", "start"], env=self.server_env()),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if result.returncode != 0:
             if check:
