@@ -1,0 +1,101 @@
+"""Clients that generate ids through real backends, record every id they were given, and check
+the uniqueness oracles over everything that was generated."""
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Session:
+    """What one backend (one psql connection) gave one client."""
+    client: int
+    started: float
+    ended: float = 0.0
+    ids: list = field(default_factory=list)
+    error: str = ""
+
+
+def run_session(cluster, client, statements):
+    """Runs statements that each print ids (COPY ... TO STDOUT) on one connection; returns the
+    session with every complete id it printed, even if the connection was lost midway."""
+    session = Session(client=client, started=time.monotonic())
+    script = "".join(f"{statement};\n" for statement in statements)
+    result = subprocess.run(cluster.psql_command("postgres", "-At", "-v", "ON_ERROR_STOP=1"),
+                            input=script, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    session.ended = time.monotonic()
+    session.ids = [int(line) for line in result.stdout.split() if line.isdigit()]
+    if result.returncode != 0:
+        session.error = result.stderr.strip()
+    return session
+
+
+def copy_ids(batch):
+    return f"COPY (SELECT cosid_next() FROM generate_series(1, {batch})) TO STDOUT"
+
+
+def concurrent_sessions(cluster, clients, statements):
+    """One session per client, all at once."""
+    sessions = [None] * clients
+
+    def work(index):
+        sessions[index] = run_session(cluster, index, statements)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sessions
+
+
+class LoopingClients:
+    """Clients that keep opening sessions and generating until stopped, across server crashes."""
+
+    def __init__(self, cluster, clients, batch, batches_per_session):
+        self.cluster = cluster
+        self.statements = [copy_ids(batch)] * batches_per_session
+        self.sessions = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.loop, args=(i,)) for i in range(clients)]
+
+    def loop(self, client):
+        while not self.stopping.is_set():
+            session = run_session(self.cluster, client, self.statements)
+            with self.lock:
+                self.sessions.append(session)
+            if session.error:
+                time.sleep(0.05)
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join()
+
+    def ids_so_far(self, started_after=0.0):
+        """Ids of finished sessions, counting only sessions started after the given time."""
+        with self.lock:
+            return sum(len(s.ids) for s in self.sessions if s.started >= started_after)
+
+
+def duplicates(sessions):
+    seen = set()
+    repeated = 0
+    for session in sessions:
+        for value in session.ids:
+            if value in seen:
+                repeated += 1
+            seen.add(value)
+    return repeated
+
+
+def sessions_not_increasing(sessions):
+    return [s for s in sessions if any(a >= b for a, b in zip(s.ids, s.ids[1:]))]
