@@ -1,0 +1,36 @@
+# The commands of the README. Each does its own set-up on a fresh Debian 12 machine.
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+COSID_PORT ?= 5499
+export PG_CONFIG COSID_PORT
+
+.PHONY: setup install run stop test unit-test lint integration-test bench
+
+setup:
+	scripts/setup.sh
+
+# Builds the extension and installs it into PostgreSQL 15 (needs root, or sudo for the copy).
+install: setup
+	cargo pgrx install --release --pg-config $(PG_CONFIG) $(if $(filter 0,$(shell id -u)),,--sudo)
+
+# A local cluster with cosid preloaded, a demo, and the psql line to connect.
+run: install
+	scripts/dev-cluster.sh start
+
+stop:
+	scripts/dev-cluster.sh stop
+
+# Everything: formatting and lints, the pure unit tests, and the tests against real servers.
+test: install lint unit-test integration-test
+
+unit-test:
+	cargo test -p cosid-core
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --release --all-targets -- -D warnings
+
+integration-test: install
+	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency
+
+bench: install
+	python3 bench/bench.py

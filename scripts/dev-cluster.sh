@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A local PostgreSQL 15 cluster with cosid preloaded, for trying cosid out:
+#   dev-cluster.sh start   create it (first time), start it, create the extension, show a demo
+#   dev-cluster.sh stop    stop it
+# It runs as the postgres user, listens on 127.0.0.1:$COSID_PORT (5499 by default) and keeps its
+# data in target/dev-cluster. Authentication is "trust": it is for local use only.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_BIN=$("$PG_CONFIG" --bindir)
+PORT=${COSID_PORT:-5499}
+BASE="$ROOT/target/dev-cluster"
+DATA="$BASE/data"
+LOG="$BASE/server.log"
+
+as_postgres() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- env -u RUST_BACKTRACE "$@"; else "$@"; fi
+}
+psql_cmd() { "$PG_BIN/psql" -X -h 127.0.0.1 -p "$PORT" -U postgres "$@"; }
+
+start() {
+    if [ ! -f "$DATA/PG_VERSION" ]; then
+        mkdir -p "$BASE"
+        [ "$(id -u)" -eq 0 ] && chown postgres: "$BASE"
+        as_postgres "$PG_BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+        cat >>"$DATA/postgresql.conf" <<CONF
+
+# cosid development cluster
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$BASE'
+shared_preload_libraries = 'cosid'
+cosid.machine_id = 1
+CONF
+    fi
+    local library
+    library="$("$PG_CONFIG" --pkglibdir)/cosid.so"
+    if ! as_postgres "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -o "-p $PORT" -w start >/dev/null
+    elif [ "$library" -nt "$DATA/postmaster.pid" ]; then
+        echo "cosid: restarting the running cluster to load the newly installed build"
+        as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -o "-p $PORT" -w restart >/dev/null
+    else
+        echo "cosid: reusing the running cluster in $DATA"
+    fi
+    psql_cmd -q -d postgres -v ON_ERROR_STOP=1 <<'SQL'
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS cosid;
+DROP TABLE IF EXISTS cosid_demo;
+CREATE TABLE cosid_demo (id bigint PRIMARY KEY DEFAULT cosid_next(), item text);
+INSERT INTO cosid_demo (item) VALUES ('apple'), ('pear'), ('plum');
+\echo
+\echo '-- CREATE TABLE cosid_demo (id bigint PRIMARY KEY DEFAULT cosid_next(), item text);'
+\echo '-- SELECT id, item, d.*, cosid_friendly(id), cosid_to_radix62(id) FROM cosid_demo, cosid_decode(id) d;'
+SELECT id, item, d.*, cosid_friendly(id) AS friendly, cosid_to_radix62(id) AS radix62
+  FROM cosid_demo, cosid_decode(id) d ORDER BY id;
+SELECT namespace, distributor, state, machine_id, ids_issued FROM cosid.status;
+SQL
+    echo "cosid is running. Connect with:"
+    echo "  psql -h 127.0.0.1 -p $PORT -U postgres postgres"
+    echo "Stop it with: make stop"
+}
+
+stop() {
+    if [ -f "$DATA/postmaster.pid" ]; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -m fast -w stop
+    else
+        echo "cosid: no cluster is running in $DATA"
+    fi
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac
