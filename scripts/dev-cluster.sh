@@ -33,16 +33,17 @@ shared_preload_libraries = 'cosid'
 cosid.machine_id = 1
 CONF
     fi
-    local library
-    library="$("$PG_CONFIG" --pkglibdir)/cosid.so"
+    local build
+    build=$(sha256sum "$("$PG_CONFIG" --pkglibdir)/cosid.so" | cut -d' ' -f1)
     if ! as_postgres "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
         as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -o "-p $PORT" -w start >/dev/null
-    elif [ "$library" -nt "$DATA/postmaster.pid" ]; then
+    elif [ "$build" != "$(cat "$BASE/loaded-build" 2>/dev/null)" ]; then
         echo "cosid: restarting the running cluster to load the newly installed build"
         as_postgres "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -o "-p $PORT" -w restart >/dev/null
     else
         echo "cosid: reusing the running cluster in $DATA"
     fi
+    echo "$build" >"$BASE/loaded-build"
     psql_cmd -q -d postgres -v ON_ERROR_STOP=1 <<'SQL'
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS cosid;
