@@ -54,7 +54,7 @@ class SqlError(Exception):
 class Cluster:
     """One PostgreSQL server: its data directory, settings, log and process."""
 
-    def __init__(self, name, port, settings=None, preload=True, env=None):
+    def __init__(self, name, port, settings=None, preload=True, env=None, durable=False):
         self.name = name
         self.port = port
         self.base = CLUSTERS / name
@@ -63,6 +63,8 @@ class Cluster:
         self.settings = dict(settings or {})
         self.preload = preload
         self.env = dict(env or {})
+        # Tests turn durability off for speed; benchmarks keep PostgreSQL's defaults.
+        self.durable = durable
 
     def server_env(self):
         # A Rust backtrace would be appended to every error's DETAIL.
@@ -90,12 +92,11 @@ class Cluster:
             "listen_addresses": "'127.0.0.1'",
             "unix_socket_directories": f"'{self.base}'",
             "max_connections": 250,
-            "fsync": "off",
-            "synchronous_commit": "off",
-            "full_page_writes": "off",
             "restart_after_crash": "on",
             "log_line_prefix": "'%m [%p] '",
         }
+        if not self.durable:
+            lines.update({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
         if self.preload:
             lines["shared_preload_libraries"] = "'cosid'"
         lines.update(self.settings)

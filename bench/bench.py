@@ -1,0 +1,166 @@
+"""cosid's benchmark: cosid_next() against nextval() and gen_random_uuid(), side by side in one
+run, on a dedicated cluster with PostgreSQL's default durability settings.
+
+    make bench                     (or: python3 bench/bench.py [--rounds N])
+
+Prints median timings of several rounds, the ratios, and the layout's ceiling of 4,096 ids per
+millisecond per machine id.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from pgcluster import Cluster, free_port  # noqa: E402
+
+CALLS = 1_000_000
+CEILING_IDS_PER_MS = 4096
+CEILING_S = CALLS / CEILING_IDS_PER_MS / 1000
+
+# One call per row, pipelined: a set-returning function in the select list feeds the aggregate
+# row by row, so the loop costs little and the timing is mostly the function itself.
+LOOP = f"(SELECT generate_series(1, {CALLS}) AS g) s"
+CALL_QUERIES = {
+    "cosid_next()": f"SELECT count(cosid_next()) FROM {LOOP}",
+    "nextval()": f"SELECT count(nextval('bench_seq')) FROM {LOOP}",
+    "gen_random_uuid()": f"SELECT count(gen_random_uuid()) FROM {LOOP}",
+    "empty loop": f"SELECT count(g) FROM {LOOP}",
+}
+
+TABLES = {
+    "cosid_next()": "id bigint PRIMARY KEY DEFAULT cosid_next()",
+    "bigint identity": "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    "uuid gen_random_uuid()": "id uuid PRIMARY KEY DEFAULT gen_random_uuid()",
+}
+
+
+def timed_statements(cluster, statements):
+    """Runs statements in one session; returns each one's server round trip in seconds."""
+    script = "\\timing on\n" + "".join(f"{s};\n" for s in statements)
+    result = subprocess.run(cluster.psql_command("postgres", "-At", "-v", "ON_ERROR_STOP=1"),
+                            input=script, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, check=True)
+    return [float(ms) / 1000 for ms in re.findall(r"^Time: ([0-9.]+) ms", result.stdout, re.M)]
+
+
+def single_backend(cluster, rounds):
+    medians = {}
+    for name, query in CALL_QUERIES.items():
+        timed_statements(cluster, [query])  # warm up
+        medians[name] = statistics.median(timed_statements(cluster, [query] * rounds))
+    return medians
+
+
+def parallel_rate(cluster, query, backends):
+    """Aggregate calls per second of `backends` sessions each running `query` once."""
+    times = [0.0] * backends
+    barrier = threading.Barrier(backends)
+
+    def work(index):
+        barrier.wait()
+        times[index] = timed_statements(cluster, [query])[0]
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(backends)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - started
+    return CALLS * backends / wall, wall
+
+
+def inserts(cluster, rounds):
+    results = {}
+    for name, column in TABLES.items():
+        elapsed, sizes = [], []
+        for _ in range(rounds):
+            cluster.query(f"DROP TABLE IF EXISTS bench_t; CREATE TABLE bench_t ({column}, n int)")
+            elapsed += timed_statements(
+                cluster, [f"INSERT INTO bench_t (n) SELECT g FROM generate_series(1, {CALLS}) g"])
+            sizes.append(int(cluster.query(
+                "SELECT pg_relation_size('bench_t_pkey')")))
+        results[name] = (statistics.median(elapsed), statistics.median(sizes))
+    cluster.query("DROP TABLE bench_t")
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--insert-rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    cluster = Cluster("bench", free_port(55190), {"cosid.machine_id": 1}, durable=True).init()
+    cluster.start()
+    try:
+        cluster.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq")
+        version = cluster.query("SHOW server_version")
+        print(f"cosid benchmark: PostgreSQL {version}, {os.cpu_count()} CPUs, "
+              f"default durability settings, median of {args.rounds} rounds")
+        print(f"layout ceiling: {CEILING_IDS_PER_MS} ids/ms per machine id = "
+              f"{CEILING_S:.3f} s per million\n")
+
+        medians = single_backend(cluster, args.rounds)
+        print(f"1. One backend, {CALLS:,} calls (median s; ratio = other / cosid_next)")
+        print(f"   {'function':<20}{'seconds':>9}{'calls/ms':>10}{'vs cosid':>10}")
+        for name, seconds in medians.items():
+            print(f"   {name:<20}{seconds:>9.3f}{CALLS / seconds / 1000:>10.0f}"
+                  f"{seconds / medians['cosid_next()']:>9.2f}x")
+        cosid_rate = CALLS / medians["cosid_next()"] / 1000
+        print(f"   cosid_next() reaches {100 * cosid_rate / CEILING_IDS_PER_MS:.0f}% of the "
+              f"layout's ceiling; nextval() takes {medians['nextval()'] / medians['cosid_next()']:.2f}x "
+              f"and gen_random_uuid() {medians['gen_random_uuid()'] / medians['cosid_next()']:.2f}x "
+              f"the time of cosid_next().\n")
+
+        print("2. Several backends at once, each 1,000,000 calls (aggregate calls/ms)")
+        print(f"   {'backends':<10}{'cosid_next()':>14}{'nextval()':>12}{'gen_random_uuid()':>19}")
+        for backends in (1, 2, 4):
+            rates = [parallel_rate(cluster, CALL_QUERIES[name], backends)[0] / 1000
+                     for name in ("cosid_next()", "nextval()", "gen_random_uuid()")]
+            print(f"   {backends:<10}{rates[0]:>14.0f}{rates[1]:>12.0f}{rates[2]:>19.0f}")
+        print(f"   One machine id caps cosid_next() at {CEILING_IDS_PER_MS} ids/ms for the whole "
+              f"server, however many backends call it.\n")
+
+        print(f"3. INSERT of {CALLS:,} rows, key generated by default "
+              f"(median of {args.insert_rounds})")
+        results = inserts(cluster, args.insert_rounds)
+        base = results["cosid_next()"][0]
+        print(f"   {'key':<24}{'seconds':>9}{'vs cosid':>10}{'pkey index MB':>15}")
+        for name, (seconds, size) in results.items():
+            print(f"   {name:<24}{seconds:>9.3f}{seconds / base:>9.2f}x{size / 2**20:>15.1f}")
+    finally:
+        cluster.stop()
+
+    # The ceiling hides what a call costs. A layout with 22 sequence bits (4,194,304 ids per
+    # millisecond) and an epoch of today shows the cost of cosid_next() itself.
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    uncapped = Cluster("bench-uncapped", free_port(55191), {
+        "cosid.machine_id": 1, "cosid.epoch": f"'{today}'", "cosid.timestamp_bits": 35,
+        "cosid.machine_bits": 6, "cosid.sequence_bits": 22}, durable=True).init()
+    uncapped.start()
+    try:
+        uncapped.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq")
+        medians = single_backend(uncapped, args.rounds)
+        loop = medians.pop("empty loop")
+        print(f"\n4. Cost of one call, net of the loop ({loop:.3f} s per million), with a 35/6/22-bit "
+              f"layout whose ceiling is far away")
+        print(f"   {'function':<20}{'ns per call':>12}{'vs cosid':>10}")
+        cosid_ns = (medians["cosid_next()"] - loop) * 1e9 / CALLS
+        for name, seconds in medians.items():
+            ns = (seconds - loop) * 1e9 / CALLS
+            print(f"   {name:<20}{ns:>12.0f}{ns / cosid_ns:>9.2f}x")
+    finally:
+        uncapped.stop()
+
+
+if __name__ == "__main__":
+    main()
