@@ -25,23 +25,20 @@ def pg_regress(cluster, *tests):
 
 
 class SqlSurface(unittest.TestCase):
-    def test_preloaded_server(self):
-        cluster = Cluster("regress-preloaded", free_port(55110), {"cosid.machine_id": 5}).init()
+    def run_golden(self, test, name, port, **cluster_options):
+        cluster = Cluster(name, free_port(port), **cluster_options).init()
         cluster.start()
         try:
-            passed, output = pg_regress(cluster, "surface")
+            passed, output = pg_regress(cluster, test)
             self.assertTrue(passed, output)
         finally:
             cluster.stop()
 
+    def test_preloaded_server(self):
+        self.run_golden("surface", "regress-preloaded", 55110, settings={"cosid.machine_id": 5})
+
     def test_server_without_preload(self):
-        cluster = Cluster("regress-not-preloaded", free_port(55111), preload=False).init()
-        cluster.start()
-        try:
-            passed, output = pg_regress(cluster, "not_preloaded")
-            self.assertTrue(passed, output)
-        finally:
-            cluster.stop()
+        self.run_golden("not_preloaded", "regress-not-preloaded", 55111, preload=False)
 
 
 if __name__ == "__main__":
