@@ -3,7 +3,7 @@
 
 use crate::generator::{BackwardsPolicy, Clock};
 use pgrx::pg_sys;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The wall clock in Unix milliseconds (negative before 1970, as a stepped clock may be).
 pub fn unix_ms_now() -> i64 {
@@ -16,11 +16,21 @@ pub fn unix_ms_now() -> i64 {
 /// Longest single sleep: waits are cut into slices so that interrupts are seen promptly.
 const SLEEP_SLICE_MS: u64 = 10;
 
-#[derive(Default)]
-pub struct ServerClock {
-    /// Set on the first wait only, so that the common path reads one clock.
-    monotonic_origin: Option<Instant>,
+/// Milliseconds since boot on CLOCK_BOOTTIME: the same in every process, never stepped, and,
+/// unlike `Instant`, still running while the machine is suspended, so that a lease deadline
+/// counted on it passes during a suspend too.
+pub fn boottime_ms() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the buffer we own; CLOCK_BOOTTIME exists on
+    // every Linux this extension builds for, so it cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
 }
+
+pub struct ServerClock;
 
 impl Clock for ServerClock {
     #[inline]
@@ -29,8 +39,7 @@ impl Clock for ServerClock {
     }
 
     fn monotonic_ms(&mut self) -> u64 {
-        let origin = *self.monotonic_origin.get_or_insert_with(Instant::now);
-        origin.elapsed().as_millis() as u64
+        boottime_ms()
     }
 
     fn spin(&mut self) {

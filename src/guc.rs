@@ -1,8 +1,8 @@
 //! Every `cosid.*` setting: the statics, one `init()` that defines them, and typed accessors.
 //!
-//! The layout and the machine id are server-start settings (`PGC_POSTMASTER`): changing them on a
-//! running server would break the ordering and uniqueness of ids. The clock thresholds reload on
-//! SIGHUP. A value outside a setting's range is refused by PostgreSQL itself, with a message that
+//! The layout, the machine id source and the instance's identity are server-start settings
+//! (`PGC_POSTMASTER`): changing them on a running server would break the ordering and uniqueness
+//! of ids. The clock thresholds and the lease timings reload on SIGHUP. A value outside a setting's range is refused by PostgreSQL itself, with a message that
 //! names the setting and the range; combinations are checked by [`server_settings`], whose error
 //! stops the server from starting.
 
@@ -10,12 +10,15 @@ use crate::distributor::{self, DistributorKind, NoMachineId};
 use crate::error::CosidError;
 use crate::generator::{BackwardsPolicy, GeneratorConfig};
 use crate::layout::{self, Layout, LayoutError, TimeUnit};
+use crate::lease::LeaseTiming;
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::ffi::{CStr, CString};
 
 /// The longest namespace, in bytes: it is kept in shared memory.
 pub const MAX_NAMESPACE_LEN: usize = 63;
+/// The longest instance id, in bytes: it is kept in shared memory.
+pub const MAX_INSTANCE_ID_LEN: usize = 127;
 
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
 pub enum TimeUnitSetting {
@@ -27,6 +30,8 @@ pub enum TimeUnitSetting {
 
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
 pub enum DistributorSetting {
+    #[name = c"lease"]
+    Lease,
     #[name = c"manual"]
     Manual,
     #[name = c"stateful_set"]
@@ -35,8 +40,17 @@ pub enum DistributorSetting {
 
 static NAMESPACE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"cosid"));
 static DISTRIBUTOR: GucSetting<DistributorSetting> =
-    GucSetting::<DistributorSetting>::new(DistributorSetting::Manual);
+    GucSetting::<DistributorSetting>::new(DistributorSetting::Lease);
 static MACHINE_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
+static DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+static INSTANCE_ID: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static STABLE: GucSetting<bool> = GucSetting::<bool>::new(false);
+static GUARDER_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+static GUARDER_INITIAL_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+static SAFE_GUARD_DURATION: GucSetting<i32> = GucSetting::<i32>::new(300_000);
+static FAIL_FAST: GucSetting<bool> = GucSetting::<bool>::new(true);
+static LOCAL_STATE_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 // The layout settings are read by name (see `layout_setting`); these statics only hold the
 // values PostgreSQL checked against each setting's range.
 static EPOCH: GucSetting<Option<CString>> =
@@ -94,7 +108,15 @@ pub fn init(preloading: bool) {
     }
 }
 
-const ALL_SETTINGS: [&CStr; 11] = [
+const ALL_SETTINGS: [&CStr; 19] = [
+    c"cosid.database",
+    c"cosid.instance_id",
+    c"cosid.stable",
+    c"cosid.guarder_delay",
+    c"cosid.guarder_initial_delay",
+    c"cosid.safe_guard_duration",
+    c"cosid.fail_fast",
+    c"cosid.local_state_interval",
     c"cosid.namespace",
     c"cosid.distributor",
     c"cosid.machine_id",
@@ -131,7 +153,84 @@ fn define_reloadable() {
     );
 }
 
+fn define_lease_reloadable() {
+    GucRegistry::define_int_guc(
+        c"cosid.guarder_delay",
+        c"How often the background worker renews the machine-id lease.",
+        c"",
+        &GUARDER_DELAY,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.guarder_initial_delay",
+        c"How long after claiming the background worker first renews the lease.",
+        c"",
+        &GUARDER_INITIAL_DELAY,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.safe_guard_duration",
+        c"How long a lease lasts after a renewal; others may take the machine id after it.",
+        c"Generation stops earlier, at this minus min(10 s, a tenth of it), counted from when the \
+          last successful renewal was sent. Use the same value on every server of a namespace.",
+        &SAFE_GUARD_DURATION,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"cosid.fail_fast",
+        c"Refuse to generate when the lease is lost or not renewed in time.",
+        c"Off keeps generating as CosId does, and risks duplicates: it is unsafe.",
+        &FAIL_FAST,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"cosid.local_state_interval",
+        c"How often a stable instance writes its last timestamp to its state file.",
+        c"",
+        &LOCAL_STATE_INTERVAL,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+}
+
 fn define_server_start() {
+    define_lease_reloadable();
+    GucRegistry::define_string_guc(
+        c"cosid.database",
+        c"The database that holds the lease table and the background worker connects to.",
+        c"",
+        &DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"cosid.instance_id",
+        c"This server's identity in the lease store; empty means host:port:postmaster-pid.",
+        c"A non-stable instance without one adds a random suffix at every start.",
+        &INSTANCE_ID,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"cosid.stable",
+        c"This server keeps its machine id across restarts; needs cosid.instance_id.",
+        c"",
+        &STABLE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"cosid.namespace",
         c"Namespace of the machine ids this server holds.",
@@ -143,8 +242,9 @@ fn define_server_start() {
     );
     GucRegistry::define_enum_guc(
         c"cosid.distributor",
-        c"Where the machine id comes from: manual or stateful_set.",
-        c"manual takes cosid.machine_id; stateful_set takes the ordinal at the end of HOSTNAME.",
+        c"Where the machine id comes from: lease, manual or stateful_set.",
+        c"lease leases one from the lease table; manual takes cosid.machine_id; stateful_set \
+          takes the ordinal at the end of HOSTNAME.",
         &DISTRIBUTOR,
         GucContext::Postmaster,
         GucFlags::default(),
@@ -266,9 +366,31 @@ pub struct ServerSettings {
     pub config: GeneratorConfig,
     pub namespace: String,
     pub distributor: DistributorKind,
-    /// The machine id, or why there is none; without one the server runs, but `cosid_next()`
-    /// refuses and says why.
-    pub machine: Result<u32, NoMachineId>,
+    pub machine: MachineSource,
+}
+
+/// Where the default generator's machine id comes from.
+#[derive(Clone, Debug)]
+pub enum MachineSource {
+    /// `manual` or `stateful_set` gave one.
+    Fixed(u32),
+    /// `manual` or `stateful_set` gave none: the server runs, but `cosid_next()` refuses and
+    /// says why.
+    Missing(NoMachineId),
+    /// Leased by the background worker.
+    Leased(LeaseSettings),
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    pub database: String,
+    /// `cosid.instance_id`, when set.
+    pub instance_id: Option<String>,
+    pub stable: bool,
+}
+
+fn refused(name: &str, value: impl std::fmt::Display) -> CosidError {
+    CosidError::invalid_argument(format!("invalid value for parameter \"{name}\": {value}"))
 }
 
 /// Reads and checks the server-start settings together.
@@ -276,32 +398,33 @@ pub fn server_settings() -> Result<ServerSettings, CosidError> {
     let layout = layout_setting()?;
     let namespace = string_setting(&NAMESPACE);
     if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
-        return Err(CosidError::invalid_argument(format!(
-            "invalid value for parameter \"cosid.namespace\": \"{namespace}\""
-        ))
-        .detail(format!(
-            "A namespace is 1 to {MAX_NAMESPACE_LEN} bytes long."
-        )));
+        return Err(
+            refused("cosid.namespace", format!("\"{namespace}\"")).detail(format!(
+                "A namespace is 1 to {MAX_NAMESPACE_LEN} bytes long."
+            )),
+        );
     }
     let distributor = match DISTRIBUTOR.get() {
+        DistributorSetting::Lease => DistributorKind::Lease,
         DistributorSetting::Manual => DistributorKind::Manual,
         DistributorSetting::StatefulSet => DistributorKind::StatefulSet,
     };
     let hostname = std::env::var("HOSTNAME").ok();
-    let machine = distributor::resolve(
+    let machine = match distributor::resolve(
         distributor,
         i64::from(MACHINE_ID.get()),
         hostname.as_deref(),
         layout.max_machine_id(),
-    );
-    if let Err(why @ NoMachineId::ManualOutOfRange { .. }) = &machine {
-        return Err(CosidError::invalid_argument(format!(
-            "invalid value for parameter \"cosid.machine_id\": {}",
-            MACHINE_ID.get()
-        ))
-        .detail(why.detail())
-        .hint(why.hint()));
-    }
+    ) {
+        Some(Ok(machine_id)) => MachineSource::Fixed(machine_id),
+        Some(Err(why @ NoMachineId::ManualOutOfRange { .. })) => {
+            return Err(refused("cosid.machine_id", MACHINE_ID.get())
+                .detail(why.detail())
+                .hint(why.hint()));
+        }
+        Some(Err(why)) => MachineSource::Missing(why),
+        None => MachineSource::Leased(lease_settings()?),
+    };
     let (spin, broken) = (
         CLOCK_BACKWARDS_SPIN_THRESHOLD.get(),
         CLOCK_BACKWARDS_BROKEN_THRESHOLD.get(),
@@ -324,6 +447,60 @@ pub fn server_settings() -> Result<ServerSettings, CosidError> {
         distributor,
         machine,
     })
+}
+
+fn lease_settings() -> Result<LeaseSettings, CosidError> {
+    let database = string_setting(&DATABASE);
+    if database.is_empty() {
+        return Err(refused("cosid.database", "\"\"")
+            .detail("The lease table needs a database.")
+            .hint("Set cosid.database to the database where you run CREATE EXTENSION cosid."));
+    }
+    let instance_id = Some(string_setting(&INSTANCE_ID)).filter(|id| !id.is_empty());
+    if let Some(id) = &instance_id {
+        if id.len() > MAX_INSTANCE_ID_LEN {
+            return Err(
+                refused("cosid.instance_id", format!("\"{id}\"")).detail(format!(
+                    "An instance id is at most {MAX_INSTANCE_ID_LEN} bytes long."
+                )),
+            );
+        }
+    }
+    let stable = STABLE.get();
+    if stable && instance_id.is_none() {
+        return Err(refused("cosid.stable", "on")
+            .detail("A stable instance keeps its machine id across restarts, so it needs an identity that survives them.")
+            .hint("Set cosid.instance_id to a name that stays the same across restarts, such as the host name."));
+    }
+    lease_timing()
+        .validate()
+        .map_err(|why| {
+            CosidError::invalid_argument("invalid combination of cosid lease settings")
+                .detail(format!("{why}."))
+                .hint("Shorten cosid.guarder_delay or cosid.guarder_initial_delay, or lengthen cosid.safe_guard_duration.")
+        })?;
+    Ok(LeaseSettings {
+        database,
+        instance_id,
+        stable,
+    })
+}
+
+/// The lease timings, as they are now (they reload on SIGHUP).
+pub fn lease_timing() -> LeaseTiming {
+    LeaseTiming {
+        safe_guard_ms: SAFE_GUARD_DURATION.get().max(1) as u64,
+        guarder_delay_ms: GUARDER_DELAY.get().max(1) as u64,
+        guarder_initial_delay_ms: GUARDER_INITIAL_DELAY.get().max(0) as u64,
+    }
+}
+
+pub fn fail_fast() -> bool {
+    FAIL_FAST.get()
+}
+
+pub fn local_state_interval_ms() -> u64 {
+    LOCAL_STATE_INTERVAL.get().max(1) as u64
 }
 
 /// The current value of a setting as PostgreSQL prints it, defined or only a placeholder from

@@ -1,16 +1,18 @@
 //! cosid: CosId-compatible Snowflake ids generated inside PostgreSQL.
 //!
 //! `_PG_init` only wires the pieces together; see the modules for the parts:
-//! pure logic in the `cosid-core` crate (`core/`), the server side in `guc`, `shmem`,
-//! `clock` and `sql`.
+//! pure logic in the `cosid-core` crate (`core/`), the server side in `guc`, `shmem`, `clock`,
+//! `sql`, and for leased machine ids `worker` and `lease_store`.
 
-pub use cosid_core::{distributor, generator, layout};
+pub use cosid_core::{distributor, generator, layout, lease};
 
 mod clock;
 mod error;
 mod guc;
+mod lease_store;
 mod shmem;
 mod sql;
+mod worker;
 
 use error::{CosidError, OrRaise};
 use pgrx::prelude::*;
@@ -27,14 +29,16 @@ pub extern "C-unwind" fn _PG_init() {
         return;
     }
     let settings = guc::server_settings().or_raise();
-    if let Err(why) = &settings.machine {
-        CosidError::prerequisite(format!(
+    match &settings.machine {
+        guc::MachineSource::Missing(why) => CosidError::prerequisite(format!(
             "cosid has no machine id in namespace \"{}\"",
             settings.namespace
         ))
         .detail(why.detail())
         .hint(why.hint())
-        .log(PgLogLevel::WARNING);
+        .log(PgLogLevel::WARNING),
+        guc::MachineSource::Leased(_) => worker::register(),
+        guc::MachineSource::Fixed(_) => {}
     }
     shmem::init(settings);
 }

@@ -12,8 +12,9 @@
 use crate::clock::ServerClock;
 use crate::error::{CosidError, OrRaise};
 use crate::generator::GenerateError;
+use crate::guc::MachineSource;
 use crate::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
-use crate::shmem;
+use crate::shmem::{self, LeaseProblem};
 use pgrx::prelude::*;
 use std::sync::OnceLock;
 
@@ -25,7 +26,7 @@ fn cosid_next() -> i64 {
     let slot = shmem::default_generator().or_raise();
     match slot
         .state
-        .next_id(&slot.config, &mut ServerClock::default())
+        .next_id(&slot.config, &mut ServerClock)
     {
         Ok(id) => id,
         Err(why) => generate_error(slot, why).raise(),
@@ -110,9 +111,13 @@ mod cosid {
         (
             name!(namespace, String),
             name!(distributor, String),
+            name!(instance_id, Option<String>),
             name!(state, String),
             name!(machine_id, Option<i32>),
+            name!(expires_at, Option<TimestampWithTimeZone>),
+            name!(last_renewed_at, Option<TimestampWithTimeZone>),
             name!(last_error, Option<String>),
+            name!(watermark, Option<TimestampWithTimeZone>),
             name!(epoch, TimestampWithTimeZone),
             name!(time_unit, String),
             name!(timestamp_bits, i32),
@@ -134,18 +139,29 @@ mod cosid {
                 let layout = slot.config.layout;
                 let stats = slot.state.stats();
                 let open = slot.state.is_open();
-                let last = layout.decompose(slot.state.last_word());
-                let machine_id = last.filter(|_| open).map(|parts| parts.machine_id as i32);
-                let last_timestamp = last
-                    .filter(|_| open)
-                    .and_then(|parts| timestamptz(layout.ticks_to_unix_ms(parts.ticks)).ok());
-                let last_error = no_machine_id().filter(|_| !open).map(|why| why.detail());
+                let last = layout.decompose(slot.state.last_word()).filter(|_| open);
+                let lease = &slot.lease;
+                let machine_id = last
+                    .map(|parts| parts.machine_id)
+                    .or_else(|| lease.held().map(|(machine_id, _)| machine_id))
+                    .map(|machine_id| machine_id as i32);
+                let last_timestamp =
+                    last.and_then(|parts| timestamptz(layout.ticks_to_unix_ms(parts.ticks)).ok());
+                let leased = slot.distributor() == crate::distributor::DistributorKind::Lease;
+                let last_error = match no_machine_id() {
+                    Some(why) => Some(why.detail()),
+                    None => Some(lease.last_error.load()).filter(|text| !text.is_empty()),
+                };
                 (
                     slot.namespace().to_string(),
                     slot.distributor().name().to_string(),
-                    if open { "UP" } else { "STOPPED" }.to_string(),
+                    leased.then(|| slot.instance_id().to_string()),
+                    lease.state().name().to_string(),
                     machine_id,
+                    known_time(lease.expires_at_ms()),
+                    known_time(lease.last_renewed_at_ms()),
                     last_error,
+                    known_time(lease.watermark_ms()),
                     timestamptz(layout.epoch_ms()).or_raise(),
                     layout.time_unit().name().to_string(),
                     layout.timestamp_bits() as i32,
@@ -163,6 +179,8 @@ mod cosid {
         TableIterator::new(rows)
     }
 }
+
+extension_sql_file!("../sql/lease_store.sql", name = "lease_store");
 
 extension_sql!(
     r#"
@@ -280,20 +298,89 @@ fn parse_error(layout: &Layout, text: &str, why: ParseError) -> CosidError {
     }
 }
 
-/// Why the server has no machine id, when that is why a generator is closed.
+fn known_time(unix_ms: i64) -> Option<TimestampWithTimeZone> {
+    (unix_ms != shmem::UNKNOWN_TIME)
+        .then(|| timestamptz(unix_ms).ok())
+        .flatten()
+}
+
+fn format_known_time(unix_ms: i64) -> String {
+    if unix_ms == shmem::UNKNOWN_TIME {
+        "never".to_string()
+    } else {
+        layout::format_unix_ms(unix_ms)
+    }
+}
+
+/// Why the server has no machine id, when a store-less distributor gave none.
 fn no_machine_id() -> Option<&'static crate::distributor::NoMachineId> {
-    shmem::server_settings().and_then(|settings| settings.machine.as_ref().err())
+    match shmem::server_settings().map(|settings| &settings.machine) {
+        Some(MachineSource::Missing(why)) => Some(why),
+        _ => None,
+    }
+}
+
+fn recovery_in_progress() -> bool {
+    // SAFETY: RecoveryInProgress only reads shared state.
+    unsafe { pg_sys::RecoveryInProgress() }
+}
+
+/// The lease's state and last error, as a sentence for a DETAIL.
+fn lease_situation(slot: &shmem::GeneratorSlot) -> String {
+    let lease = &slot.lease;
+    let error = lease.last_error.load();
+    let mut text = format!(
+        "The lease is {}; its last renewal succeeded at {} by the lease store's clock.",
+        lease.state().name(),
+        format_known_time(lease.last_renewed_at_ms())
+    );
+    if !error.is_empty() {
+        text.push_str(&format!(" Last error: {error}."));
+    }
+    text
 }
 
 fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
-    let error = CosidError::prerequisite(format!(
-        "cosid has no machine id in namespace \"{}\"",
-        slot.namespace()
-    ));
-    match no_machine_id() {
-        Some(why) => error.detail(why.detail()).hint(why.hint()),
-        None => error.detail("The generator is stopped."),
+    let namespace = slot.namespace();
+    let message = format!("cosid has no machine id in namespace \"{namespace}\"");
+    if let Some(why) = no_machine_id() {
+        return CosidError::prerequisite(message)
+            .detail(why.detail())
+            .hint(why.hint());
     }
+    if slot.distributor() != crate::distributor::DistributorKind::Lease {
+        return CosidError::prerequisite(message).detail("The generator is stopped.");
+    }
+    let lease = &slot.lease;
+    if lease.problem() == LeaseProblem::Standby || recovery_in_progress() {
+        return CosidError::new(
+            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            "cannot generate cosid ids on a hot standby",
+        )
+        .detail(format!(
+            "Machine ids of namespace \"{namespace}\" are leased from a table in this server's own database, which is read-only during recovery."
+        ))
+        .hint("Generate ids on the primary. A standby leases a machine id when it is promoted.");
+    }
+    if lease.problem() == LeaseProblem::Exhausted {
+        let bits = slot.config.layout.machine_bits();
+        return CosidError::new(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!("no machine id left in namespace \"{namespace}\""),
+        )
+        .detail(format!(
+            "All {} machine ids of {bits} machine bits (cosid.machine_bits) are held by other servers of the namespace.",
+            1u64 << bits
+        ))
+        .hint("Raise cosid.machine_bits on every server of the namespace, use another cosid.namespace, or free a machine id (see cosid.leases).");
+    }
+    CosidError::prerequisite(format!(
+        "cosid holds no machine id lease in namespace \"{namespace}\""
+    ))
+    .detail(lease_situation(slot))
+    .hint(
+        "See cosid.status. Ids are generated again as soon as the background worker holds a lease.",
+    )
 }
 
 fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError {
@@ -327,6 +414,22 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
         }
         GenerateError::TimeRange(range) => {
             time_range_error(&slot.config.layout, range, "the current time")
+        }
+        GenerateError::DeadlinePassed => {
+            let machine_id = slot
+                .lease
+                .held()
+                .map(|(machine_id, _)| machine_id.to_string())
+                .unwrap_or_else(|| "?".to_string());
+            CosidError::prerequisite(format!(
+                "cosid lease of machine id {machine_id} in namespace \"{}\" was not renewed in time",
+                slot.namespace()
+            ))
+            .detail(format!(
+                "{} Without a renewal, generation stops cosid.safe_guard_duration minus its margin after the last successful one was sent.",
+                lease_situation(slot)
+            ))
+            .hint("Check the lease table's database and the cosid background worker (cosid.status). Ids are generated again as soon as a renewal succeeds.")
         }
         GenerateError::BoundReached { bound_unix_ms } => {
             CosidError::prerequisite("cosid reached the watermark of its lease").detail(format!(

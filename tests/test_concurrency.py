@@ -23,7 +23,8 @@ class Concurrency(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = Cluster("concurrency", free_port(55130),
-                              {"cosid.machine_id": MACHINE_ID}).init()
+                              {"cosid.distributor": "manual",
+                                                       "cosid.machine_id": MACHINE_ID}).init()
         cls.cluster.start()
         cls.cluster.query("CREATE EXTENSION cosid")
 

@@ -22,7 +22,7 @@ class Settings(unittest.TestCase):
         and the part of the server log this start wrote."""
         cluster = self.cluster
         cluster.stop(check=False)
-        cluster.settings = settings
+        cluster.settings = {"cosid.distributor": "manual", **settings}
         cluster.env = env or {}
         cluster.write_settings()
         log_before = len(cluster.log())

@@ -35,7 +35,8 @@ class SqlSurface(unittest.TestCase):
             cluster.stop()
 
     def test_preloaded_server(self):
-        self.run_golden("surface", "regress-preloaded", 55110, settings={"cosid.machine_id": 5})
+        self.run_golden("surface", "regress-preloaded", 55110, settings={"cosid.distributor": "manual",
+                                                               "cosid.machine_id": 5})
 
     def test_server_without_preload(self):
         self.run_golden("not_preloaded", "regress-not-preloaded", 55111, preload=False)

@@ -1,6 +1,7 @@
-//! Where a server's machine id comes from when it does not lease one: `manual` takes
-//! `cosid.machine_id`, `stateful_set` takes the ordinal at the end of `HOSTNAME`, as a pod of a
-//! Kubernetes StatefulSet is named (`pg-3` gives 3).
+//! Where a server's machine id comes from: `lease` (the default) leases one from a lease store;
+//! `manual` takes `cosid.machine_id`; `stateful_set` takes the ordinal at the end of `HOSTNAME`,
+//! as a pod of a Kubernetes StatefulSet is named (`pg-3` gives 3). This module resolves the two
+//! that need no store.
 //!
 //! Pure: the settings and the environment are passed in.
 
@@ -11,6 +12,7 @@ use std::fmt;
 pub enum DistributorKind {
     Manual = 0,
     StatefulSet = 1,
+    Lease = 2,
 }
 
 impl DistributorKind {
@@ -18,6 +20,7 @@ impl DistributorKind {
         match self {
             DistributorKind::Manual => "manual",
             DistributorKind::StatefulSet => "stateful_set",
+            DistributorKind::Lease => "lease",
         }
     }
 }
@@ -104,14 +107,16 @@ impl fmt::Display for NoMachineId {
     }
 }
 
-/// The machine id the distributor gives, within `0 ..= max_machine_id`.
+/// The machine id a store-less distributor gives, within `0 ..= max_machine_id`; `None` for
+/// `lease`, whose machine id comes from the store.
 pub fn resolve(
     kind: DistributorKind,
     manual_machine_id: i64,
     hostname: Option<&str>,
     max_machine_id: u32,
-) -> Result<u32, NoMachineId> {
-    match kind {
+) -> Option<Result<u32, NoMachineId>> {
+    Some(match kind {
+        DistributorKind::Lease => return None,
         DistributorKind::Manual => {
             if manual_machine_id < 0 {
                 Err(NoMachineId::ManualUnset { max_machine_id })
@@ -124,22 +129,24 @@ pub fn resolve(
                 Ok(manual_machine_id as u32)
             }
         }
-        DistributorKind::StatefulSet => {
-            let hostname = hostname.ok_or(NoMachineId::HostnameUnset)?;
-            let ordinal =
-                hostname_ordinal(hostname).ok_or_else(|| NoMachineId::HostnameWithoutOrdinal {
-                    hostname: hostname.to_string(),
-                })?;
-            if ordinal > u64::from(max_machine_id) {
-                return Err(NoMachineId::OrdinalOutOfRange {
-                    hostname: hostname.to_string(),
-                    ordinal,
-                    max_machine_id,
-                });
-            }
-            Ok(ordinal as u32)
-        }
+        DistributorKind::StatefulSet => stateful_set_ordinal(hostname, max_machine_id),
+    })
+}
+
+fn stateful_set_ordinal(hostname: Option<&str>, max_machine_id: u32) -> Result<u32, NoMachineId> {
+    let hostname = hostname.ok_or(NoMachineId::HostnameUnset)?;
+    let ordinal =
+        hostname_ordinal(hostname).ok_or_else(|| NoMachineId::HostnameWithoutOrdinal {
+            hostname: hostname.to_string(),
+        })?;
+    if ordinal > u64::from(max_machine_id) {
+        return Err(NoMachineId::OrdinalOutOfRange {
+            hostname: hostname.to_string(),
+            ordinal,
+            max_machine_id,
+        });
     }
+    Ok(ordinal as u32)
 }
 
 /// The StatefulSet ordinal: the decimal digits after the last '-' (`order-db-12` gives 12).
@@ -177,38 +184,48 @@ mod tests {
 
     #[test]
     fn manual_checks_the_range() {
-        assert_eq!(resolve(DistributorKind::Manual, 5, None, 1023), Ok(5));
-        assert_eq!(resolve(DistributorKind::Manual, 1023, None, 1023), Ok(1023));
+        assert_eq!(resolve(DistributorKind::Manual, 5, None, 1023), Some(Ok(5)));
+        assert_eq!(
+            resolve(DistributorKind::Manual, 1023, None, 1023),
+            Some(Ok(1023))
+        );
         assert_eq!(
             resolve(DistributorKind::Manual, -1, None, 1023),
-            Err(NoMachineId::ManualUnset {
+            Some(Err(NoMachineId::ManualUnset {
                 max_machine_id: 1023
-            })
+            }))
         );
         assert_eq!(
             resolve(DistributorKind::Manual, 1024, None, 1023),
-            Err(NoMachineId::ManualOutOfRange {
+            Some(Err(NoMachineId::ManualOutOfRange {
                 machine_id: 1024,
                 max_machine_id: 1023
-            })
+            }))
         );
+    }
+
+    #[test]
+    fn lease_has_no_machine_id_without_its_store() {
+        assert_eq!(resolve(DistributorKind::Lease, 5, Some("pg-3"), 7), None);
     }
 
     #[test]
     fn stateful_set_checks_the_hostname() {
         assert_eq!(
             resolve(DistributorKind::StatefulSet, -1, Some("pg-3"), 7),
-            Ok(3)
+            Some(Ok(3))
         );
         assert_eq!(
             resolve(DistributorKind::StatefulSet, -1, None, 7),
-            Err(NoMachineId::HostnameUnset)
+            Some(Err(NoMachineId::HostnameUnset))
         );
         assert!(matches!(
             resolve(DistributorKind::StatefulSet, -1, Some("pg-8"), 7),
-            Err(NoMachineId::OrdinalOutOfRange { ordinal: 8, .. })
+            Some(Err(NoMachineId::OrdinalOutOfRange { ordinal: 8, .. }))
         ));
-        let error = resolve(DistributorKind::StatefulSet, 4, Some("db"), 7).unwrap_err();
+        let error = resolve(DistributorKind::StatefulSet, 4, Some("db"), 7)
+            .unwrap()
+            .unwrap_err();
         assert!(error.detail().contains("\"db\""), "{}", error.detail());
         assert!(error.hint().ends_with('.'));
     }

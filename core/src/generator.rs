@@ -91,6 +91,8 @@ pub enum GenerateError {
     TimeRange(TimeRangeError),
     /// Issuing would reach the tick bound (the lease watermark): the bound must be raised first.
     BoundReached { bound_unix_ms: i64 },
+    /// The lease was not renewed in time: the local deadline has passed.
+    DeadlinePassed,
 }
 
 /// A snapshot of a generator's counters, for the status view.
@@ -107,8 +109,11 @@ pub struct GeneratorStats {
 #[repr(C)]
 pub struct GeneratorState {
     word: AtomicU64,
-    /// Exclusive upper bound on the ticks of issued ids: the seam for the lease watermark.
+    /// Exclusive upper bound on the ticks of issued ids: the lease watermark.
     tick_bound: AtomicU64,
+    /// No id once the monotonic clock reaches this (`u64::MAX`: no deadline): the lease's local
+    /// deadline.
+    deadline_ms: AtomicU64,
     ids_issued: AtomicU64,
     next_tick_waits: AtomicU64,
     clock_backwards_waits: AtomicU64,
@@ -147,6 +152,7 @@ impl GeneratorState {
         GeneratorState {
             word: AtomicU64::new(CLOSED_BIT),
             tick_bound: AtomicU64::new(u64::MAX),
+            deadline_ms: AtomicU64::new(u64::MAX),
             ids_issued: AtomicU64::new(0),
             next_tick_waits: AtomicU64::new(0),
             clock_backwards_waits: AtomicU64::new(0),
@@ -204,6 +210,10 @@ impl GeneratorState {
             let word = self.word.load(Ordering::Acquire);
             if word & CLOSED_BIT != 0 {
                 return Err(GenerateError::Closed);
+            }
+            let deadline = self.deadline_ms.load(Ordering::Acquire);
+            if deadline != u64::MAX && clock.monotonic_ms() >= deadline {
+                return Err(GenerateError::DeadlinePassed);
             }
             let last = layout
                 .decompose(word as i64)
@@ -295,6 +305,19 @@ impl GeneratorState {
     /// Sets the exclusive upper bound on issued ticks (`u64::MAX`: none).
     pub fn set_tick_bound(&self, bound: u64) {
         self.tick_bound.store(bound, Ordering::Release);
+    }
+
+    pub fn tick_bound(&self) -> u64 {
+        self.tick_bound.load(Ordering::Acquire)
+    }
+
+    /// Sets the monotonic time from which no id is issued (`u64::MAX`: none).
+    pub fn set_deadline_ms(&self, deadline_ms: u64) {
+        self.deadline_ms.store(deadline_ms, Ordering::Release);
+    }
+
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline_ms.load(Ordering::Acquire)
     }
 }
 
@@ -601,6 +624,25 @@ mod tests {
                 bound_unix_ms: T0 + 5
             })
         );
+    }
+
+    #[test]
+    fn deadline_stops_generation_until_it_is_extended() {
+        let config = config(12, 2047);
+        let state = opened(&config, 2, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 1]);
+        clock.monotonic = 1_000;
+        state.set_deadline_ms(1_001);
+        assert!(state.next_id(&config, &mut clock).is_ok());
+        clock.monotonic = 1_001;
+        let last = state.last_word();
+        assert_eq!(
+            state.next_id(&config, &mut clock),
+            Err(GenerateError::DeadlinePassed)
+        );
+        assert_eq!(state.last_word(), last);
+        state.set_deadline_ms(5_000);
+        assert!(state.next_id(&config, &mut clock).unwrap() > last);
     }
 
     #[test]

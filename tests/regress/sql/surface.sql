@@ -1,4 +1,4 @@
--- The SQL surface on a server that preloads cosid with cosid.machine_id = 5 and CosId's layout.
+-- The SQL surface on a server that preloads cosid with cosid.distributor = manual, cosid.machine_id = 5 and CosId's layout.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 SET timezone = 'UTC';
@@ -106,12 +106,21 @@ RESET enable_seqscan;
 SELECT count(*) FROM orders WHERE id >= cosid_from_timestamp(now() - interval '1 day');
 SELECT count(*) FROM orders WHERE id >= cosid_from_timestamp(clock_timestamp() + interval '1 second');
 
--- The status view: one row, the default generator.
-SELECT namespace, distributor, state, machine_id, last_error, epoch, time_unit, timestamp_bits,
+-- The status view: one row, the default generator; no lease with the manual distributor.
+SELECT namespace, distributor, instance_id, state, machine_id, expires_at, last_renewed_at,
+       watermark, last_error, epoch, time_unit, timestamp_bits,
        machine_bits, sequence_bits, sequence_reset_threshold, ids_issued >= 10000 AS issued,
        last_timestamp <= clock_timestamp() AS last_timestamp_past, next_tick_waits >= 0 AS waits,
        clock_backwards_waits, clock_backwards_errors
   FROM cosid.status;
+
+-- The lease table is empty, and only its holders may use the lease protocol.
+SELECT count(*) FROM cosid.leases;
+CREATE ROLE cosid_app LOGIN;
+SELECT has_table_privilege('cosid_app', 'cosid.machine_lease', 'UPDATE') AS app_may_update,
+       has_function_privilege('cosid_app', 'cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint)', 'EXECUTE') AS app_may_claim,
+       has_function_privilege('cosid_app', 'cosid_next()', 'EXECUTE') AS app_may_generate;
+DROP ROLE cosid_app;
 
 -- The layout settings are fixed at server start.
 SHOW cosid.machine_bits;

@@ -1,0 +1,267 @@
+//! The lease policy: the timing rules that keep a leased machine id safe, with no I/O.
+//!
+//! A holder renews its lease every `guarder_delay`. The store records
+//! `expires_at = store now + safe_guard`, and nobody else takes the machine id before that. The
+//! holder itself stops generating earlier, at a local deadline counted on a clock that keeps running
+//! through suspend, from the moment the renewal was *sent*:
+//!
+//! ```text
+//! deadline = renewal sent + safe_guard - margin,   margin = min(10 s, safe_guard / 10)
+//! ```
+//!
+//! Every claim and renewal also writes a watermark, an upper bound on every timestamp that can be
+//! issued before the next write: `local now + safe_guard`. The generator never issues a timestamp
+//! at or past the bound it last wrote, and a new holder waits until its clock passes the
+//! watermark it found.
+
+use std::fmt;
+
+/// The states a lease goes through, as the status view shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LeaseState {
+    /// Looking for a machine id (at start, after a loss, while the store is unavailable).
+    Claiming = 0,
+    /// Holding a machine id and renewing it.
+    Up = 1,
+    /// Holding a machine id whose last renewal failed; generation stops at the local deadline.
+    Down = 2,
+    /// The store says somebody else holds the machine id now; generation has stopped.
+    Lost = 3,
+    /// A machine id was found, but its watermark is further ahead of this server's clock than the
+    /// broken threshold; it was given back.
+    ClockBehind = 4,
+    /// Not generating: shutting down, a standby, or the extension not created yet.
+    Stopped = 5,
+}
+
+impl LeaseState {
+    pub const fn name(self) -> &'static str {
+        match self {
+            LeaseState::Claiming => "CLAIMING",
+            LeaseState::Up => "UP",
+            LeaseState::Down => "DOWN",
+            LeaseState::Lost => "LOST",
+            LeaseState::ClockBehind => "CLOCK_BEHIND",
+            LeaseState::Stopped => "STOPPED",
+        }
+    }
+
+    pub fn from_u8(value: u8) -> LeaseState {
+        match value {
+            0 => LeaseState::Claiming,
+            1 => LeaseState::Up,
+            2 => LeaseState::Down,
+            3 => LeaseState::Lost,
+            4 => LeaseState::ClockBehind,
+            _ => LeaseState::Stopped,
+        }
+    }
+}
+
+/// The lease timing settings, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    pub safe_guard_ms: u64,
+    pub guarder_delay_ms: u64,
+    pub guarder_initial_delay_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TimingError {
+    /// The first renewal would come after the lease had lapsed.
+    InitialDelayTooLong { initial_ms: u64, limit_ms: u64 },
+    /// Renewals would come after the lease had lapsed.
+    DelayTooLong { delay_ms: u64, limit_ms: u64 },
+}
+
+impl fmt::Display for TimingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimingError::InitialDelayTooLong {
+                initial_ms,
+                limit_ms,
+            } => write!(
+                f,
+                "cosid.guarder_initial_delay ({initial_ms} ms) must be shorter than \
+                 cosid.safe_guard_duration minus its margin ({limit_ms} ms), or the lease lapses \
+                 before its first renewal"
+            ),
+            TimingError::DelayTooLong { delay_ms, limit_ms } => write!(
+                f,
+                "cosid.guarder_delay ({delay_ms} ms) must be shorter than \
+                 cosid.safe_guard_duration minus its margin ({limit_ms} ms), or the lease lapses \
+                 between renewals"
+            ),
+        }
+    }
+}
+
+impl LeaseTiming {
+    /// The part of the safe guard kept back for clock skew: min(10 s, safe_guard / 10).
+    pub fn margin_ms(&self) -> u64 {
+        (self.safe_guard_ms / 10).min(10_000)
+    }
+
+    /// How long after sending a renewal the holder may generate.
+    pub fn usable_ms(&self) -> u64 {
+        self.safe_guard_ms - self.margin_ms()
+    }
+
+    pub fn validate(&self) -> Result<(), TimingError> {
+        let limit_ms = self.usable_ms();
+        if self.guarder_initial_delay_ms >= limit_ms {
+            return Err(TimingError::InitialDelayTooLong {
+                initial_ms: self.guarder_initial_delay_ms,
+                limit_ms,
+            });
+        }
+        if self.guarder_delay_ms >= limit_ms {
+            return Err(TimingError::DelayTooLong {
+                delay_ms: self.guarder_delay_ms,
+                limit_ms,
+            });
+        }
+        Ok(())
+    }
+
+    /// The local deadline of a renewal (or claim) sent at `sent_monotonic_ms`.
+    pub fn deadline_ms(&self, sent_monotonic_ms: u64) -> u64 {
+        sent_monotonic_ms + self.usable_ms()
+    }
+
+    /// The watermark to write with a claim or renewal sent when the wall clock read
+    /// `now_unix_ms`: no id issued before the next write may reach it, because generation stops
+    /// at the deadline, `usable_ms` after sending, and the generator is bounded by it as well.
+    pub fn watermark_ms(&self, now_unix_ms: i64) -> i64 {
+        now_unix_ms + self.safe_guard_ms as i64
+    }
+}
+
+/// What a new holder does with the watermark it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatermarkWait {
+    /// The clock is past the watermark: generate at once.
+    Ready,
+    /// Wait this long, then generate.
+    Wait { ms: u64 },
+    /// The watermark is further ahead than the broken threshold: give the machine id back.
+    TooFarAhead { ahead_ms: u64 },
+}
+
+pub fn watermark_wait(
+    watermark_ms: i64,
+    now_unix_ms: i64,
+    broken_threshold_ms: u64,
+) -> WatermarkWait {
+    if now_unix_ms > watermark_ms {
+        return WatermarkWait::Ready;
+    }
+    let ahead_ms = (watermark_ms - now_unix_ms) as u64 + 1;
+    if ahead_ms > broken_threshold_ms {
+        WatermarkWait::TooFarAhead { ahead_ms }
+    } else {
+        WatermarkWait::Wait { ms: ahead_ms }
+    }
+}
+
+/// The default instance id: `host:port:postmaster-pid`, plus a random suffix for a non-stable
+/// instance, so that clones of a data directory and promoted standbys never share one.
+pub fn default_instance_id(host: &str, port: u16, pid: u32, random_suffix: Option<u32>) -> String {
+    match random_suffix {
+        Some(suffix) => format!("{host}:{port}:{pid}:{suffix:08x}"),
+        None => format!("{host}:{port}:{pid}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(safe_guard_ms: u64, delay_ms: u64, initial_ms: u64) -> LeaseTiming {
+        LeaseTiming {
+            safe_guard_ms,
+            guarder_delay_ms: delay_ms,
+            guarder_initial_delay_ms: initial_ms,
+        }
+    }
+
+    #[test]
+    fn margin_is_a_tenth_up_to_ten_seconds() {
+        assert_eq!(timing(300_000, 60_000, 60_000).margin_ms(), 10_000);
+        assert_eq!(timing(50_000, 1_000, 1_000).margin_ms(), 5_000);
+        assert_eq!(timing(4_000, 1_000, 1_000).margin_ms(), 400);
+        assert_eq!(
+            timing(4_000, 1_000, 1_000).deadline_ms(1_000_000),
+            1_003_600
+        );
+    }
+
+    #[test]
+    fn cosid_defaults_are_valid() {
+        assert_eq!(timing(300_000, 60_000, 60_000).validate(), Ok(()));
+    }
+
+    #[test]
+    fn delays_must_fit_inside_the_safe_guard() {
+        assert_eq!(
+            timing(4_000, 3_600, 1_000).validate(),
+            Err(TimingError::DelayTooLong {
+                delay_ms: 3_600,
+                limit_ms: 3_600
+            })
+        );
+        assert!(matches!(
+            timing(4_000, 1_000, 5_000).validate(),
+            Err(TimingError::InitialDelayTooLong { .. })
+        ));
+        assert_eq!(timing(4_000, 3_599, 3_599).validate(), Ok(()));
+        let message = timing(4_000, 1_000, 5_000)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("cosid.guarder_initial_delay (5000 ms)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn watermark_covers_everything_until_the_deadline() {
+        let t = timing(4_000, 1_000, 1_000);
+        // The wall clock and the monotonic clock advance together here; the deadline comes
+        // before the watermark.
+        let (sent_wall, sent_mono) = (1_700_000_000_000i64, 50_000u64);
+        let last_issuable_wall = sent_wall + (t.deadline_ms(sent_mono) - sent_mono) as i64;
+        assert!(last_issuable_wall < t.watermark_ms(sent_wall));
+    }
+
+    #[test]
+    fn new_holders_wait_for_the_watermark() {
+        assert_eq!(watermark_wait(1_000, 1_001, 500), WatermarkWait::Ready);
+        assert_eq!(
+            watermark_wait(1_000, 1_000, 500),
+            WatermarkWait::Wait { ms: 1 }
+        );
+        assert_eq!(
+            watermark_wait(1_000, 700, 500),
+            WatermarkWait::Wait { ms: 301 }
+        );
+        assert_eq!(
+            watermark_wait(1_000, 400, 500),
+            WatermarkWait::TooFarAhead { ahead_ms: 601 }
+        );
+    }
+
+    #[test]
+    fn instance_ids() {
+        assert_eq!(default_instance_id("db1", 5432, 77, None), "db1:5432:77");
+        assert_eq!(
+            default_instance_id("db1", 5432, 77, Some(0xabc)),
+            "db1:5432:77:00000abc"
+        );
+        for state in 0..=5u8 {
+            assert_eq!(LeaseState::from_u8(state) as u8, state);
+        }
+    }
+}

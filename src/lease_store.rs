@@ -1,0 +1,244 @@
+//! The lease store as the background worker sees it: the protocol of `sql/lease_store.sql`
+//! (claim, renew, release), called through SPI in the worker's own database. Every call runs in
+//! its own transaction with a statement and lock timeout, and an error in it is caught and
+//! returned, so that a slow, locked or failing store never hangs the worker or ends it.
+
+use pgrx::bgworkers::BackgroundWorker;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use pgrx::PgTryBuilder;
+use std::time::Duration;
+
+/// What one holder asks of the store.
+#[derive(Clone, Debug)]
+pub struct Holder {
+    pub namespace: String,
+    pub machine_bits: u32,
+    pub instance_id: String,
+    pub stable: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// A machine id; the claimer must wait until its clock passes `previous_watermark_ms`.
+    Claimed {
+        machine_id: u32,
+        how: String,
+        previous_watermark_ms: i64,
+        expires_at_ms: i64,
+        store_now_ms: i64,
+    },
+    /// Every machine id of the namespace is held.
+    Exhausted,
+    /// A live lease of the namespace uses other machine bits.
+    MachineBitsMismatch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    pub expires_at_ms: i64,
+    pub store_now_ms: i64,
+}
+
+/// Whether the store can be used yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// This server is a hot standby, and the store is its own (read-only) database.
+    ReadOnly,
+    /// `CREATE EXTENSION cosid` has not run in the database yet.
+    NoExtension,
+}
+
+pub fn token_text(token: u64) -> String {
+    format!("{token:016x}")
+}
+
+/// Runs `body` in a transaction of its own, bounded by `timeout`. A PostgreSQL error inside is
+/// caught, the transaction rolled back, and the error returned as text.
+fn in_transaction<R>(
+    timeout: Duration,
+    body: impl FnOnce(&mut SpiClient<'_>) -> Result<R, String>
+        + std::panic::UnwindSafe
+        + std::panic::RefUnwindSafe,
+) -> Result<R, String> {
+    let timeout_ms = timeout.as_millis().max(1);
+    PgTryBuilder::new(move || {
+        BackgroundWorker::transaction(move || {
+            Spi::connect_mut(|client| {
+                client
+                    .update(
+                        &format!(
+                            "SET LOCAL statement_timeout = {timeout_ms}; \
+                             SET LOCAL lock_timeout = {timeout_ms}"
+                        ),
+                        None,
+                        &[],
+                    )
+                    .map_err(|e| e.to_string())?;
+                body(client)
+            })
+        })
+    })
+    .catch_others(|caught| {
+        // SAFETY: we are in the worker's main loop, outside any other transaction; aborting the
+        // one that failed is what PostgreSQL's own workers do after catching an error.
+        unsafe { pg_sys::AbortCurrentTransaction() };
+        Err(match caught {
+            pg_sys::panic::CaughtError::PostgresError(report)
+            | pg_sys::panic::CaughtError::ErrorReport(report)
+            | pg_sys::panic::CaughtError::RustPanic {
+                ereport: report, ..
+            } => report.message().to_string(),
+        })
+    })
+    .execute()
+}
+
+/// The store in this server's own database (`cosid.database`), through SPI.
+pub struct LocalStore {
+    pub timeout: Duration,
+}
+
+impl LocalStore {
+    pub fn readiness(&self) -> Result<Readiness, String> {
+        // SAFETY: RecoveryInProgress only reads shared state.
+        if unsafe { pg_sys::RecoveryInProgress() } {
+            return Ok(Readiness::ReadOnly);
+        }
+        in_transaction(self.timeout, |client| {
+            let table = client
+                .select(
+                    "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'cosid'",
+                    None,
+                    &[],
+                )
+                .map_err(|e| e.to_string())?;
+            Ok(if table.is_empty() {
+                Readiness::NoExtension
+            } else {
+                Readiness::Ready
+            })
+        })
+    }
+
+    pub fn claim(
+        &self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, String> {
+        let holder = holder.clone();
+        in_transaction(self.timeout, move |client| {
+            let table = client
+                .update(
+                    "SELECT outcome, machine_id, previous_watermark_ms, \
+                            (extract(epoch FROM expires_at) * 1000)::bigint, \
+                            (extract(epoch FROM store_now) * 1000)::bigint \
+                       FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)",
+                    None,
+                    &[
+                        holder.namespace.as_str().into(),
+                        (holder.machine_bits as i32).into(),
+                        holder.instance_id.as_str().into(),
+                        holder.stable.into(),
+                        (safe_guard_ms as i64).into(),
+                        token_text(token).as_str().into(),
+                        watermark_ms.into(),
+                    ],
+                )
+                .map_err(|e| e.to_string())?;
+            let row = table.first();
+            let outcome: String = row
+                .get(1)
+                .map_err(|e| e.to_string())?
+                .ok_or("the claim returned no outcome")?;
+            Ok(match outcome.as_str() {
+                "exhausted" => ClaimOutcome::Exhausted,
+                "machine_bits" => ClaimOutcome::MachineBitsMismatch,
+                _ => ClaimOutcome::Claimed {
+                    machine_id: row
+                        .get::<i32>(2)
+                        .map_err(|e| e.to_string())?
+                        .ok_or("the claim returned no machine id")?
+                        as u32,
+                    how: outcome,
+                    previous_watermark_ms: row.get(3).map_err(|e| e.to_string())?.unwrap_or(0),
+                    expires_at_ms: row.get(4).map_err(|e| e.to_string())?.unwrap_or(0),
+                    store_now_ms: row.get(5).map_err(|e| e.to_string())?.unwrap_or(0),
+                },
+            })
+        })
+    }
+
+    /// `Ok(None)`: the lease is lost.
+    pub fn renew(
+        &self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+    ) -> Result<Option<Renewed>, String> {
+        let holder = holder.clone();
+        in_transaction(self.timeout, move |client| {
+            let table = client
+                .update(
+                    "SELECT (extract(epoch FROM expires_at) * 1000)::bigint, \
+                            (extract(epoch FROM store_now) * 1000)::bigint \
+                       FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)",
+                    None,
+                    &[
+                        holder.namespace.as_str().into(),
+                        (machine_id as i32).into(),
+                        holder.instance_id.as_str().into(),
+                        token_text(token).as_str().into(),
+                        (safe_guard_ms as i64).into(),
+                        watermark_ms.into(),
+                    ],
+                )
+                .map_err(|e| e.to_string())?;
+            if table.is_empty() {
+                return Ok(None);
+            }
+            let row = table.first();
+            Ok(Some(Renewed {
+                expires_at_ms: row.get(1).map_err(|e| e.to_string())?.unwrap_or(0),
+                store_now_ms: row.get(2).map_err(|e| e.to_string())?.unwrap_or(0),
+            }))
+        })
+    }
+
+    /// Whether the lease was still this holder's.
+    pub fn release(
+        &self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, String> {
+        let holder = holder.clone();
+        in_transaction(self.timeout, move |client| {
+            let table = client
+                .update(
+                    "SELECT cosid.lease_release($1, $2, $3, $4, $5)",
+                    None,
+                    &[
+                        holder.namespace.as_str().into(),
+                        (machine_id as i32).into(),
+                        holder.instance_id.as_str().into(),
+                        token_text(token).as_str().into(),
+                        watermark_ms.into(),
+                    ],
+                )
+                .map_err(|e| e.to_string())?;
+            Ok(table
+                .first()
+                .get::<bool>(1)
+                .map_err(|e| e.to_string())?
+                .unwrap_or(false))
+        })
+    }
+}

@@ -1,0 +1,479 @@
+//! The background worker that leases the default generator's machine id. The postmaster starts
+//! it once the server is consistent; it connects to `cosid.database`, claims a machine id before
+//! any id is generated, renews it every `cosid.guarder_delay`, and at shutdown stops the
+//! generator and releases the machine id with the exact last timestamp it issued.
+//!
+//! It is the only writer of the slot's lease status (see `shmem.rs`). It logs changes of state,
+//! not every renewal. A store error never ends it: generation stays safe through the local
+//! deadline, and comes back when a renewal succeeds.
+
+use crate::clock::{boottime_ms, unix_ms_now};
+use crate::generator::GeneratorState;
+use crate::guc::{self, LeaseSettings, MachineSource};
+use crate::layout::Layout;
+use crate::lease::{watermark_wait, LeaseState, WatermarkWait};
+use crate::lease_store::{ClaimOutcome, Holder, LocalStore, Readiness};
+use crate::shmem::{self, GeneratorSlot, LeaseProblem};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::time::Duration;
+
+/// Registers the worker; only while preloading.
+pub fn register() {
+    BackgroundWorkerBuilder::new("cosid lease worker")
+        .set_type("cosid lease worker")
+        .set_library("cosid")
+        .set_function("cosid_worker_main")
+        .enable_spi_access()
+        .set_start_time(pgrx::bgworkers::BgWorkerStartTime::ConsistentState)
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .load();
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let Some(settings) = shmem::server_settings() else {
+        return;
+    };
+    let MachineSource::Leased(lease_settings) = &settings.machine else {
+        return;
+    };
+    let Ok(slot) = shmem::default_generator() else {
+        return;
+    };
+    BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
+    let mut worker = Worker::new(slot, settings.namespace.clone(), lease_settings);
+    worker.run();
+}
+
+struct Worker {
+    slot: &'static GeneratorSlot,
+    layout: Layout,
+    holder: Holder,
+    database: String,
+    /// Monotonic time of the next renewal.
+    next_renewal_ms: u64,
+    next_state_write_ms: u64,
+    /// The last line logged, so that a repeated condition is logged once.
+    last_logged: String,
+}
+
+fn shutdown_requested() -> bool {
+    // SAFETY: a plain read of a flag set by the SIGTERM handler.
+    unsafe { pg_sys::ShutdownRequestPending != 0 }
+}
+
+impl Worker {
+    fn new(slot: &'static GeneratorSlot, namespace: String, settings: &LeaseSettings) -> Worker {
+        Worker {
+            slot,
+            layout: slot.config.layout,
+            holder: Holder {
+                namespace,
+                machine_bits: slot.config.layout.machine_bits(),
+                instance_id: slot.instance_id().to_string(),
+                stable: settings.stable,
+            },
+            database: settings.database.clone(),
+            next_renewal_ms: 0,
+            next_state_write_ms: 0,
+            last_logged: String::new(),
+        }
+    }
+
+    fn generator(&self) -> &GeneratorState {
+        &self.slot.state
+    }
+
+    fn store(&self) -> LocalStore {
+        // A store call must end well before the lease could lapse.
+        let delay = guc::lease_timing().guarder_delay_ms;
+        LocalStore {
+            timeout: Duration::from_millis(delay.clamp(500, 10_000)),
+        }
+    }
+
+    /// Logs a line unless it is the one logged last.
+    fn log_change(&mut self, level: PgLogLevel, line: String) {
+        if line != self.last_logged {
+            match level {
+                PgLogLevel::WARNING => warning!("{line}"),
+                _ => log!("{line}"),
+            }
+            self.last_logged = line;
+        }
+    }
+
+    fn set_problem(&mut self, state: LeaseState, problem: LeaseProblem, text: String) {
+        let lease = &self.slot.lease;
+        lease.set_state(state);
+        lease.set_problem(problem);
+        lease.last_error.store(&text);
+        self.log_change(PgLogLevel::WARNING, format!("cosid: {text}"));
+    }
+
+    fn run(&mut self) {
+        loop {
+            if BackgroundWorker::sighup_received() {
+                // SAFETY: reloading the configuration file is what a process does on SIGHUP,
+                // outside any transaction.
+                unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            }
+            if shutdown_requested() {
+                break;
+            }
+            self.step();
+            let wait = self
+                .next_wake_ms()
+                .saturating_sub(boottime_ms())
+                .clamp(10, 1_000);
+            if !BackgroundWorker::wait_latch(Some(Duration::from_millis(wait))) {
+                break;
+            }
+        }
+        if shutdown_requested() {
+            self.shutdown();
+        }
+    }
+
+    fn next_wake_ms(&self) -> u64 {
+        let mut wake = self.next_renewal_ms;
+        if self.holder.stable && self.slot.lease.held().is_some() {
+            wake = wake.min(self.next_state_write_ms);
+        }
+        wake
+    }
+
+    fn step(&mut self) {
+        if self.slot.lease.held().is_none() {
+            self.claim();
+            return;
+        }
+        let now = boottime_ms();
+        if now >= self.next_renewal_ms {
+            self.renew();
+        }
+        if self.holder.stable && now >= self.next_state_write_ms {
+            self.write_state_file();
+        }
+    }
+
+    fn claim(&mut self) {
+        // Retry within a second when nothing was claimed.
+        self.next_renewal_ms = boottime_ms() + 1_000;
+        let store = self.store();
+        match store.readiness() {
+            Ok(Readiness::Ready) => {}
+            Ok(Readiness::ReadOnly) => {
+                return self.set_problem(
+                    LeaseState::Stopped,
+                    LeaseProblem::Standby,
+                    format!(
+                        "this server is a hot standby; the lease table in database \"{}\" is read-only until it is promoted",
+                        self.database
+                    ),
+                );
+            }
+            Ok(Readiness::NoExtension) => {
+                return self.set_problem(
+                    LeaseState::Stopped,
+                    LeaseProblem::NoExtension,
+                    format!(
+                        "waiting for the extension: run CREATE EXTENSION cosid in database \"{}\"",
+                        self.database
+                    ),
+                );
+            }
+            Err(why) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::StoreError,
+                    format!("cannot reach the lease table: {why}"),
+                );
+            }
+        }
+        let timing = guc::lease_timing();
+        let token = shmem::random_u64();
+        let sent_ms = boottime_ms();
+        let watermark_ms = timing.watermark_ms(unix_ms_now());
+        let outcome = store.claim(&self.holder, timing.safe_guard_ms, token, watermark_ms);
+        let (machine_id, how, previous_watermark_ms, expires_at_ms, store_now_ms) = match outcome {
+            Ok(ClaimOutcome::Claimed {
+                machine_id,
+                how,
+                previous_watermark_ms,
+                expires_at_ms,
+                store_now_ms,
+            }) => (
+                machine_id,
+                how,
+                previous_watermark_ms,
+                expires_at_ms,
+                store_now_ms,
+            ),
+            Ok(ClaimOutcome::Exhausted) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::Exhausted,
+                    format!(
+                        "no machine id left in namespace \"{}\": all {} ids of {} machine bits are held",
+                        self.holder.namespace,
+                        1u64 << self.holder.machine_bits,
+                        self.holder.machine_bits
+                    ),
+                );
+            }
+            Ok(ClaimOutcome::MachineBitsMismatch) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::MachineBitsMismatch,
+                    format!(
+                        "namespace \"{}\" has live leases with other machine bits than this server's {}",
+                        self.holder.namespace, self.holder.machine_bits
+                    ),
+                );
+            }
+            Err(why) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::StoreError,
+                    format!("claiming a machine id failed: {why}"),
+                );
+            }
+        };
+
+        let previous = self.honoured_watermark(machine_id, &how, previous_watermark_ms);
+        let broken = guc::backwards_policy().broken_threshold_ms;
+        match watermark_wait(previous, unix_ms_now(), broken) {
+            WatermarkWait::Ready => {}
+            WatermarkWait::Wait { ms } => sleep_unless_shutdown(ms),
+            WatermarkWait::TooFarAhead { ahead_ms } => {
+                // Give the machine id back as it was: nothing was issued under this claim.
+                let _ = store.release(&self.holder, machine_id, token, previous_watermark_ms);
+                return self.set_problem(
+                    LeaseState::ClockBehind,
+                    LeaseProblem::ClockBehind,
+                    format!(
+                        "machine id {machine_id} of namespace \"{}\" has a watermark {ahead_ms} ms ahead of this server's clock, more than cosid.clock_backwards_broken_threshold ({broken} ms); gave it back",
+                        self.holder.namespace
+                    ),
+                );
+            }
+        }
+        if shutdown_requested() {
+            let _ = store.release(&self.holder, machine_id, token, previous_watermark_ms);
+            return;
+        }
+
+        let lease = &self.slot.lease;
+        lease.set_held(Some((machine_id, token)));
+        lease.set_renewed(store_now_ms, expires_at_ms, watermark_ms);
+        self.publish_limits(sent_ms, watermark_ms);
+        let floor_ms = previous.max(unix_ms_now());
+        let floor_ticks = self.layout.unix_ms_to_ticks(floor_ms).unwrap_or(0);
+        self.generator().open(&self.layout, machine_id, floor_ticks);
+        lease.set_problem(LeaseProblem::None);
+        lease.last_error.store("");
+        lease.set_state(LeaseState::Up);
+        self.next_renewal_ms = sent_ms + timing.guarder_initial_delay_ms;
+        self.next_state_write_ms = 0;
+        self.log_change(
+            PgLogLevel::LOG,
+            format!(
+                "cosid: leased machine id {machine_id} in namespace \"{}\" as \"{}\" ({how})",
+                self.holder.namespace, self.holder.instance_id
+            ),
+        );
+    }
+
+    /// A stable instance that takes its own lease back after a crash trusts its local state file
+    /// over the store's watermark, which was an upper bound written up to a safe guard ahead.
+    fn honoured_watermark(&mut self, machine_id: u32, how: &str, store_watermark_ms: i64) -> i64 {
+        if !(self.holder.stable && how == "own") {
+            return store_watermark_ms;
+        }
+        match read_state_file() {
+            Some((namespace, id, last_ms))
+                if namespace == self.holder.namespace && id == machine_id =>
+            {
+                let local_bound = last_ms + guc::local_state_interval_ms() as i64;
+                store_watermark_ms.min(local_bound)
+            }
+            _ => store_watermark_ms,
+        }
+    }
+
+    /// Raises the generator's bound to the watermark just written, and moves its deadline to
+    /// the one of the renewal sent at `sent_ms`. With fail-fast off, neither is enforced.
+    fn publish_limits(&self, sent_ms: u64, watermark_ms: i64) {
+        let generator = self.generator();
+        if !guc::fail_fast() {
+            generator.set_tick_bound(u64::MAX);
+            generator.set_deadline_ms(u64::MAX);
+            return;
+        }
+        let timing = guc::lease_timing();
+        let bound = self
+            .layout
+            .unix_ms_to_ticks(watermark_ms)
+            .unwrap_or(self.layout.max_ticks());
+        let current = generator.tick_bound();
+        if current == u64::MAX || bound > current || !generator.is_open() {
+            generator.set_tick_bound(bound);
+        }
+        generator.set_deadline_ms(timing.deadline_ms(sent_ms));
+    }
+
+    fn renew(&mut self) {
+        let Some((machine_id, token)) = self.slot.lease.held() else {
+            return;
+        };
+        let timing = guc::lease_timing();
+        let sent_ms = boottime_ms();
+        self.next_renewal_ms = sent_ms + timing.guarder_delay_ms;
+        let watermark_ms = timing.watermark_ms(unix_ms_now());
+        let store = self.store();
+        match store.renew(
+            &self.holder,
+            machine_id,
+            token,
+            timing.safe_guard_ms,
+            watermark_ms,
+        ) {
+            Ok(Some(renewed)) => {
+                let lease = &self.slot.lease;
+                lease.set_renewed(renewed.store_now_ms, renewed.expires_at_ms, watermark_ms);
+                self.publish_limits(sent_ms, watermark_ms);
+                if lease.state() != LeaseState::Up {
+                    lease.set_problem(LeaseProblem::None);
+                    lease.last_error.store("");
+                    lease.set_state(LeaseState::Up);
+                    self.log_change(
+                        PgLogLevel::LOG,
+                        format!(
+                            "cosid: lease of machine id {machine_id} in namespace \"{}\" renewed",
+                            self.holder.namespace
+                        ),
+                    );
+                }
+            }
+            Ok(None) => {
+                if guc::fail_fast() {
+                    self.generator().close();
+                }
+                self.slot.lease.set_held(None);
+                self.next_renewal_ms = 0;
+                self.set_problem(
+                    LeaseState::Lost,
+                    LeaseProblem::Lost,
+                    format!(
+                        "lease of machine id {machine_id} in namespace \"{}\" was lost: the lease table no longer shows it held by \"{}\" with this claim; claiming again",
+                        self.holder.namespace, self.holder.instance_id
+                    ),
+                );
+            }
+            Err(why) => {
+                self.set_problem(
+                    LeaseState::Down,
+                    LeaseProblem::StoreError,
+                    format!(
+                        "renewing the lease of machine id {machine_id} in namespace \"{}\" failed: {why}",
+                        self.holder.namespace
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The timestamp of the last id issued (or the floor, if none was): exact once the generator
+    /// is closed.
+    fn last_issued_ms(&self) -> i64 {
+        let last = self
+            .layout
+            .decompose(self.generator().last_word())
+            .map(|parts| parts.ticks)
+            .unwrap_or(0);
+        self.layout.ticks_to_unix_ms(last)
+    }
+
+    fn write_state_file(&mut self) {
+        let Some((machine_id, _)) = self.slot.lease.held() else {
+            return;
+        };
+        self.next_state_write_ms = boottime_ms() + guc::local_state_interval_ms();
+        let line = format!(
+            "{}\t{machine_id}\t{}\n",
+            self.holder.namespace,
+            self.last_issued_ms()
+        );
+        if let Err(why) = write_file_durably(STATE_FILE, line.as_bytes()) {
+            self.log_change(
+                PgLogLevel::WARNING,
+                format!("cosid: could not write the state file \"{STATE_FILE}\": {why}"),
+            );
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.generator().close();
+        let lease = &self.slot.lease;
+        if let Some((machine_id, token)) = lease.held() {
+            let last_ms = self.last_issued_ms();
+            if self.holder.stable {
+                self.write_state_file();
+            }
+            match self.store().release(&self.holder, machine_id, token, last_ms) {
+                Ok(true) => log!(
+                    "cosid: released machine id {machine_id} in namespace \"{}\" with watermark {}",
+                    self.holder.namespace,
+                    crate::layout::format_unix_ms(last_ms)
+                ),
+                Ok(false) => {}
+                Err(why) => warning!(
+                    "cosid: could not release machine id {machine_id} in namespace \"{}\": {why}; it frees itself when its lease expires",
+                    self.holder.namespace
+                ),
+            }
+            lease.set_held(None);
+            lease.set_watermark_ms(last_ms);
+        }
+        lease.set_state(LeaseState::Stopped);
+        lease.set_problem(LeaseProblem::ShuttingDown);
+    }
+}
+
+/// In the data directory, the worker's working directory.
+const STATE_FILE: &str = "cosid.state";
+
+fn write_file_durably(path: &str, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let temporary = format!("{path}.tmp");
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    std::fs::File::open(".")?.sync_all()
+}
+
+fn read_state_file() -> Option<(String, u32, i64)> {
+    let text = std::fs::read_to_string(STATE_FILE).ok()?;
+    let mut fields = text.trim_end().split('\t');
+    let namespace = fields.next()?.to_string();
+    let machine_id = fields.next()?.parse().ok()?;
+    let last_ms = fields.next()?.parse().ok()?;
+    Some((namespace, machine_id, last_ms))
+}
+
+fn sleep_unless_shutdown(ms: u64) {
+    let until = boottime_ms() + ms;
+    while !shutdown_requested() {
+        let now = boottime_ms();
+        if now >= until {
+            break;
+        }
+        BackgroundWorker::wait_latch(Some(Duration::from_millis((until - now).min(50))));
+    }
+}
