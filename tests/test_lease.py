@@ -1,0 +1,359 @@
+"""Leased machine ids against real servers: the background worker claims, renews and releases;
+fail fast when the lease is lost or cannot be renewed; recovery without a restart; the
+watermark across shutdowns and crashes; stable instances; standbys. Lease timings are shortened
+through the settings: a 4 s safe guard (so generation stops 3.6 s after the last renewal was
+sent) and renewals every 0.5 s."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+from clients import LoopingClients, duplicates, run_session, sessions_not_increasing
+from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port
+
+SAFE_GUARD_S = 4.0
+DEADLINE_S = SAFE_GUARD_S - min(10.0, SAFE_GUARD_S / 10)
+FAST_LEASES = {
+    "cosid.safe_guard_duration": "'4s'",
+    "cosid.guarder_delay": "'500ms'",
+    "cosid.guarder_initial_delay": "'500ms'",
+}
+SEQUENCE_BITS = 12
+MACHINE_MASK = 0x3FF
+
+
+def machine_of(value, sequence_bits=SEQUENCE_BITS, mask=MACHINE_MASK):
+    return (value >> sequence_bits) & mask
+
+
+def ts_ms_of(value, shift=22, epoch_ms=1_577_203_200_000):
+    return (value >> shift) + epoch_ms
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def status(cluster):
+    names = ["instance_id", "state", "machine_id", "last_error", "watermark"]
+    row = cluster.rows(f"SELECT {', '.join(names)} FROM cosid.status")[0]
+    return dict(zip(names, row))
+
+
+def wait_up(cluster, timeout=15):
+    return wait_for(lambda: status(cluster)["state"] == "UP" and status(cluster), timeout,
+                    f"{cluster.name} to lease a machine id:\n{cluster.log()[-2000:]}")
+
+
+def try_next(cluster):
+    """(id, None) or (None, sqlstate)."""
+    try:
+        return int(cluster.query("SELECT cosid_next()")), None
+    except SqlError as error:
+        return None, error.sqlstate
+
+
+def lease_cluster(name, port, **settings):
+    cluster = Cluster(name, free_port(port), {**FAST_LEASES, **settings}).init()
+    cluster.start()
+    return cluster
+
+
+def fake_claim(cluster, instance_id, safe_guard_ms, machine_bits=10, namespace="cosid"):
+    """Claims a machine id through the SQL protocol as another instance would."""
+    return cluster.rows(
+        "SELECT outcome, machine_id, (extract(epoch FROM expires_at) * 1000)::bigint "
+        f"FROM cosid.lease_claim('{namespace}', {machine_bits}, '{instance_id}', false, "
+        f"{safe_guard_ms}, 'token-{instance_id}', 0)")[0]
+
+
+class Leases(unittest.TestCase):
+    def tearDown(self):
+        for cluster in getattr(self, "clusters", []):
+            cluster.stop(mode="immediate", check=False)
+
+    def track(self, cluster):
+        self.clusters = getattr(self, "clusters", []) + [cluster]
+        return cluster
+
+    def test_start_claims_and_clean_shutdown_releases_with_exact_watermark(self):
+        cluster = self.track(lease_cluster("lease-release", 55140))
+        cluster.query("CREATE EXTENSION cosid")
+        first = wait_up(cluster)
+        machine_id = int(first["machine_id"])
+        ids = [int(v) for v in cluster.query(
+            "SELECT cosid_next() FROM generate_series(1, 1000)").split()]
+        self.assertEqual({machine_of(v) for v in ids}, {machine_id})
+        cluster.stop()
+        self.assertIn(f'released machine id {machine_id} in namespace "cosid"', cluster.log())
+        # Inspect the table with the worker off.
+        cluster.settings = {"cosid.distributor": "manual"}
+        cluster.write_settings()
+        cluster.start()
+        state, watermark_ms, instance_id = cluster.rows(
+            "SELECT state, watermark_ms, instance_id FROM cosid.machine_lease "
+            f"WHERE machine_id = {machine_id}")[0]
+        self.assertEqual(state, "released")
+        self.assertEqual(int(watermark_ms), ts_ms_of(max(ids)), "the watermark is not exact")
+        self.assertEqual(instance_id, first["instance_id"])
+        cluster.stop()
+        # A restart of a non-stable instance takes a machine id again, under a new identity.
+        cluster.settings = FAST_LEASES
+        cluster.write_settings()
+        cluster.start()
+        again = wait_up(cluster)
+        self.assertNotEqual(again["instance_id"], first["instance_id"])
+        self.assertEqual(int(again["machine_id"]), machine_id, "the released id is taken first")
+        later = int(cluster.query("SELECT cosid_next()"))
+        self.assertGreater(later, max(ids))
+
+    def test_stable_instance_gets_its_machine_id_back(self):
+        cluster = self.track(lease_cluster("lease-stable", 55141, **{
+            "cosid.stable": "on", "cosid.instance_id": "'orders-db-a'"}))
+        cluster.query("CREATE EXTENSION cosid")
+        first = wait_up(cluster)
+        self.assertEqual(first["instance_id"], "orders-db-a")
+        # Another instance takes the next machine id; a restart must not move to a new one.
+        outcome, other, _ = fake_claim(cluster, "orders-db-b", 600_000)
+        self.assertEqual(outcome, "new")
+        last = int(cluster.query("SELECT cosid_next()"))
+        cluster.restart()
+        again = wait_up(cluster)
+        self.assertEqual(again["machine_id"], first["machine_id"])
+        self.assertNotEqual(again["machine_id"], other)
+        self.assertIn("(own)", cluster.log())
+        self.assertGreater(int(cluster.query("SELECT cosid_next()")), last)
+        # A stable lease is never released: the row stays claimed by its instance.
+        self.assertEqual(cluster.rows(
+            "SELECT state, instance_id FROM cosid.machine_lease "
+            f"WHERE machine_id = {first['machine_id']}")[0], ["claimed", "orders-db-a"])
+
+    def test_concurrent_claims_get_distinct_machine_ids_and_exhaustion(self):
+        cluster = self.track(Cluster("lease-race", free_port(55142),
+                                     {"cosid.distributor": "manual"}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        results = [None] * 20
+        barrier = threading.Barrier(20)
+
+        def claim(index):
+            barrier.wait()
+            results[index] = fake_claim(cluster, f"racer-{index}", 600_000, machine_bits=4)
+
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        claimed = [int(r[1]) for r in results if r[0] == "new"]
+        self.assertEqual(sorted(claimed), list(range(16)))
+        self.assertEqual([r[0] for r in results].count("exhausted"), 4)
+
+    def test_no_machine_id_left_gives_53400(self):
+        cluster = self.track(lease_cluster("lease-full", 55143, **{
+            "cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}))
+        # Both machine ids are taken before the worker can see the extension.
+        cluster.query("BEGIN; CREATE EXTENSION cosid; "
+                      "SELECT cosid.lease_claim('cosid', 1, 'a', false, 600000, 'ta', 0); "
+                      "SELECT cosid.lease_claim('cosid', 1, 'b', false, 600000, 'tb', 0); COMMIT")
+        wait_for(lambda: "no machine id left" in (status(cluster)["last_error"] or ""), 10,
+                 "the worker to find the namespace full")
+        with self.assertRaises(SqlError) as refused:
+            cluster.query("SELECT cosid_next()")
+        self.assertEqual(refused.exception.sqlstate, "53400")
+        self.assertIn('no machine id left in namespace "cosid"', refused.exception.stderr)
+        self.assertIn("All 2 machine ids of 1 machine bits", refused.exception.stderr)
+
+    def test_expired_lease_is_taken_only_after_it_expires_by_the_store_clock(self):
+        cluster = self.track(lease_cluster("lease-expiry", 55144, **{
+            "cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.sequence_bits": 12}))
+        cluster.query("BEGIN; CREATE EXTENSION cosid; "
+                      "SELECT cosid.lease_claim('cosid', 0, 'ghost', false, 3000, 'tg', 0); "
+                      "COMMIT")
+        ghost_expires_ms = int(cluster.query(
+            "SELECT (extract(epoch FROM expires_at) * 1000)::bigint FROM cosid.machine_lease"))
+        up = wait_up(cluster, timeout=10)
+        self.assertEqual(up["machine_id"], "0")
+        taken_ms, how_instance = cluster.rows(
+            "SELECT (extract(epoch FROM claimed_at) * 1000)::bigint, instance_id "
+            "FROM cosid.machine_lease")[0]
+        self.assertGreaterEqual(int(taken_ms), ghost_expires_ms)
+        self.assertNotEqual(how_instance, "ghost")
+        self.assertIn("(expired)", cluster.log())
+        self.assertIsNotNone(try_next(cluster)[0])
+
+    def test_stolen_lease_fails_fast_then_recovers_under_a_new_lease(self):
+        # Two machine ids: ours, and one another instance holds, so that after the theft there
+        # is nothing to claim until that one is released.
+        cluster = self.track(lease_cluster("lease-stolen", 55145, **{
+            "cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}))
+        cluster.query("CREATE EXTENSION cosid")
+        machine_id = int(wait_up(cluster)["machine_id"])
+        outcome, other_id, _ = fake_claim(cluster, "other", 600_000, machine_bits=1)
+        self.assertEqual((outcome, int(other_id)), ("new", 1 - machine_id))
+        self.assertIsNotNone(try_next(cluster)[0])
+        stolen_at = time.monotonic()
+        cluster.query("UPDATE cosid.machine_lease SET instance_id = 'thief', "
+                      "claim_token = 'stolen', expires_at = now() + interval '1 hour' "
+                      f"WHERE machine_id = {machine_id}")
+        failed = wait_for(lambda: try_next(cluster)[1], 5, "cosid_next() to fail")
+        failed_after = time.monotonic() - stolen_at
+        self.assertIn(failed, {"55000", "53400"})
+        self.assertLess(failed_after, 0.5 + 0.5, "not within one renewal")
+        self.assertIn("was lost", cluster.log())
+        time.sleep(1)
+        self.assertIsNone(try_next(cluster)[0], "generated with no lease")
+        cluster.query("SELECT cosid.lease_release('cosid', 1 - "
+                      f"{machine_id}, 'other', 'token-other', 0)")
+        recovered = wait_for(lambda: try_next(cluster)[0], 10, "generation under a new lease")
+        self.assertEqual(machine_of(recovered, mask=0x1), 1 - machine_id)
+
+    def test_blocked_renewal_stops_generation_by_the_deadline_and_resumes(self):
+        cluster = self.track(lease_cluster("lease-locked", 55146))
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        time.sleep(1)
+        locker = subprocess.Popen(cluster.psql_command("postgres", "-v", "ON_ERROR_STOP=1"),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        locker.stdin.write("BEGIN; LOCK TABLE cosid.machine_lease IN ACCESS EXCLUSIVE MODE; "
+                           "SELECT 'locked';\n")
+        locker.stdin.flush()
+        self.assertEqual(locker.stdout.readline().strip(), "?column?")
+        locked_at = time.monotonic()
+        outcomes = []
+        while time.monotonic() - locked_at < DEADLINE_S + 1.5:
+            outcomes.append((time.monotonic() - locked_at, *try_next(cluster)))
+            time.sleep(0.02)
+        self.assertEqual(status(cluster)["state"], "DOWN")
+        last_success = max(t for t, value, _ in outcomes if value is not None)
+        first_failure = min(t for t, value, _ in outcomes if value is None)
+        # The last renewal was sent at most one renewal period before the lock.
+        self.assertLessEqual(last_success, DEADLINE_S)
+        self.assertGreaterEqual(first_failure, DEADLINE_S - 0.5 - 0.1)
+        self.assertTrue(all(value is None for t, value, _ in outcomes if t > DEADLINE_S),
+                        "generated after the deadline")
+        self.assertEqual({state for _, value, state in outcomes if value is None}, {"55000"})
+        locker.stdin.write("COMMIT;\n")
+        locker.stdin.close()
+        locker.wait()
+        locker.stdout.close()
+        unlocked_at = time.monotonic()
+        wait_for(lambda: try_next(cluster)[0], 5, "generation after the lock is released")
+        self.assertLess(time.monotonic() - unlocked_at, 3)
+        self.assertEqual(status(cluster)["state"], "UP")
+
+    def kill_server(self, cluster):
+        """kill -9 of the postmaster and every process of the server, like a machine crash."""
+        postmaster = cluster.postmaster_pid()
+        children = children_of(postmaster)
+        for pid in [postmaster] + children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 10,
+                 "the server's processes to die")
+
+    def crash_and_restart_while_generating(self, cluster):
+        with LoopingClients(cluster, clients=4, batch=2_000, batches_per_session=10) as load:
+            wait_for(lambda: load.ids_so_far() > 50_000, 20, "ids before the crash")
+            self.kill_server(cluster)
+            crashed_at = time.monotonic()
+            cluster.start()
+            wait_up(cluster)
+            wait_for(lambda: load.ids_so_far(started_after=crashed_at) > 50_000, 30,
+                     "ids after the restart")
+        return load.sessions, crashed_at
+
+    def test_postmaster_kill9_while_generating_leaves_no_duplicates(self):
+        cluster = self.track(lease_cluster("lease-kill9", 55147))
+        cluster.query("CREATE EXTENSION cosid")
+        before = int(wait_up(cluster)["machine_id"])
+        sessions, crashed_at = self.crash_and_restart_while_generating(cluster)
+        self.assertEqual(duplicates(sessions), 0)
+        self.assertEqual(sessions_not_increasing(sessions), [])
+        after = {machine_of(v) for s in sessions if s.started > crashed_at for v in s.ids}
+        # The crashed instance's lease has not expired: the new instance leases another id.
+        self.assertNotIn(before, after)
+        total = sum(len(s.ids) for s in sessions)
+        print(f"\n  {total} ids across a server kill -9 and restart, 0 duplicates", end=" ")
+
+    def test_stable_instance_honours_its_state_file_after_kill9(self):
+        cluster = self.track(lease_cluster("lease-kill9-stable", 55148, **{
+            "cosid.stable": "on", "cosid.instance_id": "'orders-db-s'",
+            "cosid.local_state_interval": "'200ms'"}))
+        cluster.query("CREATE EXTENSION cosid")
+        machine_id = int(wait_up(cluster)["machine_id"])
+        sessions, crashed_at = self.crash_and_restart_while_generating(cluster)
+        self.assertEqual(duplicates(sessions), 0)
+        after = [v for s in sessions if s.started > crashed_at for v in s.ids]
+        before = [v for s in sessions if s.ended < crashed_at for v in s.ids]
+        self.assertEqual({machine_of(v) for v in after}, {machine_id})
+        self.assertGreater(min(after), max(before))
+        self.assertTrue((cluster.data / "cosid.state").exists())
+
+    def test_worker_waits_for_the_extension_and_logs_it_once(self):
+        cluster = self.track(lease_cluster("lease-noext", 55149))
+        time.sleep(2.5)
+        self.assertEqual(cluster.log().count("run CREATE EXTENSION cosid in database"), 1)
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        self.assertIsNotNone(try_next(cluster)[0])
+
+    def test_hot_standby_refuses_then_promotion_leases_without_restart(self):
+        primary = self.track(lease_cluster("lease-primary", 55150))
+        primary.query("CREATE EXTENSION cosid")
+        primary_machine = int(wait_up(primary)["machine_id"])
+        standby = self.track(Cluster("lease-standby", free_port(55151), dict(FAST_LEASES)))
+        if standby.base.exists():
+            standby.stop(check=False)
+            subprocess.run(["rm", "-rf", str(standby.base)], check=True)
+        standby.base.mkdir(parents=True)
+        os.chown(standby.base, *_postgres_ids())
+        subprocess.run(as_postgres([PG_BIN / "pg_basebackup", "-h", "127.0.0.1", "-p",
+                                    str(primary.port), "-U", "postgres", "-D", standby.data,
+                                    "-R", "-X", "stream"]), check=True)
+        standby.write_settings()
+        standby.start()
+        with self.assertRaises(SqlError) as refused:
+            standby.query("SELECT cosid_next()")
+        self.assertEqual(refused.exception.sqlstate, "25006")
+        subprocess.run(as_postgres([PG_BIN / "pg_ctl", "-D", standby.data, "-w", "promote"]),
+                       check=True, stdout=subprocess.DEVNULL)
+        promoted = wait_up(standby)
+        self.assertNotEqual(int(promoted["machine_id"]), primary_machine,
+                            "the promoted standby took the primary's live machine id")
+        self.assertIsNotNone(try_next(standby)[0])
+
+
+def children_of(parent):
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                children.append(int(entry))
+    return children
+
+
+def _postgres_ids():
+    import pwd
+    user = pwd.getpwnam("postgres")
+    return user.pw_uid, user.pw_gid
+
+
+if __name__ == "__main__":
+    unittest.main()
