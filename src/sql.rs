@@ -24,10 +24,7 @@ const POSTGRES_EPOCH_UNIX_MS: i64 = 946_684_800_000;
 #[pg_extern(volatile, parallel_safe)]
 fn cosid_next() -> i64 {
     let slot = shmem::default_generator().or_raise();
-    match slot
-        .state
-        .next_id(&slot.config, &mut ServerClock)
-    {
+    match slot.state.next_id(&slot.config, &mut ServerClock) {
         Ok(id) => id,
         Err(why) => generate_error(slot, why).raise(),
     }

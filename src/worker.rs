@@ -11,7 +11,7 @@ use crate::clock::{boottime_ms, unix_ms_now};
 use crate::generator::GeneratorState;
 use crate::guc::{self, LeaseSettings, MachineSource};
 use crate::layout::Layout;
-use crate::lease::{watermark_wait, LeaseState, WatermarkWait};
+use crate::lease::{watermark_wait, LeaseState, LeaseTiming, WatermarkWait};
 use crate::lease_store::{ClaimOutcome, Holder, LocalStore, Readiness};
 use crate::shmem::{self, GeneratorSlot, LeaseProblem};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
@@ -47,6 +47,11 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
     let mut worker = Worker::new(slot, settings.namespace.clone(), lease_settings);
     worker.run();
+    // Exit code 1, not 0: a worker that was terminated on its own (pg_terminate_backend) is then
+    // started again after its restart time, while at server shutdown nothing is restarted.
+    // SAFETY: proc_exit runs PostgreSQL's exit callbacks and ends the process; nothing of ours is
+    // left to clean up.
+    unsafe { pg_sys::proc_exit(1) };
 }
 
 struct Worker {
@@ -54,6 +59,8 @@ struct Worker {
     layout: Layout,
     holder: Holder,
     database: String,
+    /// The lease timings in force: the settings at start, then each valid reload.
+    timing: LeaseTiming,
     /// Monotonic time of the next renewal.
     next_renewal_ms: u64,
     next_state_write_ms: u64,
@@ -78,6 +85,7 @@ impl Worker {
                 stable: settings.stable,
             },
             database: settings.database.clone(),
+            timing: guc::lease_timing(),
             next_renewal_ms: 0,
             next_state_write_ms: 0,
             last_logged: String::new(),
@@ -88,9 +96,22 @@ impl Worker {
         &self.slot.state
     }
 
+    /// After a reload: new timings that could let the lease lapse between renewals are refused,
+    /// and the ones in force are kept.
+    fn reload_timing(&mut self) {
+        let timing = guc::lease_timing();
+        match timing.validate() {
+            Ok(()) => self.timing = timing,
+            Err(why) => self.log_change(
+                PgLogLevel::WARNING,
+                format!("cosid: ignoring the reloaded lease settings: {why}"),
+            ),
+        }
+    }
+
     fn store(&self) -> LocalStore {
         // A store call must end well before the lease could lapse.
-        let delay = guc::lease_timing().guarder_delay_ms;
+        let delay = self.timing.guarder_delay_ms;
         LocalStore {
             timeout: Duration::from_millis(delay.clamp(500, 10_000)),
         }
@@ -121,6 +142,7 @@ impl Worker {
                 // SAFETY: reloading the configuration file is what a process does on SIGHUP,
                 // outside any transaction.
                 unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+                self.reload_timing();
             }
             if shutdown_requested() {
                 break;
@@ -134,6 +156,7 @@ impl Worker {
                 break;
             }
         }
+        // Stop and release on SIGTERM; when the postmaster died there is nothing to release to.
         if shutdown_requested() {
             self.shutdown();
         }
@@ -195,7 +218,7 @@ impl Worker {
                 );
             }
         }
-        let timing = guc::lease_timing();
+        let timing = self.timing;
         let token = shmem::random_u64();
         let sent_ms = boottime_ms();
         let watermark_ms = timing.watermark_ms(unix_ms_now());
@@ -272,8 +295,9 @@ impl Worker {
         lease.set_held(Some((machine_id, token)));
         lease.set_renewed(store_now_ms, expires_at_ms, watermark_ms);
         self.publish_limits(sent_ms, watermark_ms);
-        let floor_ms = previous.max(unix_ms_now());
-        let floor_ticks = self.layout.unix_ms_to_ticks(floor_ms).unwrap_or(0);
+        // Backends enforce the watermark too, on their own clock reads: nothing is issued at or
+        // before it, and a clock still behind it counts as a step back.
+        let floor_ticks = self.layout.unix_ms_to_ticks(previous).unwrap_or(0);
         self.generator().open(&self.layout, machine_id, floor_ticks);
         lease.set_problem(LeaseProblem::None);
         lease.last_error.store("");
@@ -315,7 +339,7 @@ impl Worker {
             generator.set_deadline_ms(u64::MAX);
             return;
         }
-        let timing = guc::lease_timing();
+        let timing = self.timing;
         let bound = self
             .layout
             .unix_ms_to_ticks(watermark_ms)
@@ -331,7 +355,7 @@ impl Worker {
         let Some((machine_id, token)) = self.slot.lease.held() else {
             return;
         };
-        let timing = guc::lease_timing();
+        let timing = self.timing;
         let sent_ms = boottime_ms();
         self.next_renewal_ms = sent_ms + timing.guarder_delay_ms;
         let watermark_ms = timing.watermark_ms(unix_ms_now());

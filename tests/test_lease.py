@@ -251,6 +251,40 @@ class Leases(unittest.TestCase):
         self.assertLess(time.monotonic() - unlocked_at, 3)
         self.assertEqual(status(cluster)["state"], "UP")
 
+    def test_watermark_ahead_of_the_clock_is_given_back_then_waited_for(self):
+        cluster = self.track(lease_cluster("lease-watermark", 55152))
+        cluster.query("CREATE EXTENSION cosid")
+        machine_id = int(wait_up(cluster)["machine_id"])
+        before = int(cluster.query("SELECT cosid_next()"))
+        # The worker stops on its own: it releases, and is started again a second later.
+        cluster.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      "WHERE backend_type = 'cosid lease worker'")
+        wait_for(lambda: cluster.query(
+            f"SELECT state FROM cosid.machine_lease WHERE machine_id = {machine_id}")
+            == "released", 5, "the release")
+        # As if the last holder's clock ran 2.5 s ahead of this server's.
+        ahead_ms = int(cluster.query(
+            "UPDATE cosid.machine_lease SET watermark_ms = "
+            "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 2500 "
+            f"WHERE machine_id = {machine_id} RETURNING watermark_ms"))
+        behind = wait_for(lambda: status(cluster)["state"] == "CLOCK_BEHIND" and status(cluster),
+                          5, "the worker to give the machine id back")
+        self.assertIn(f"machine id {machine_id}", behind["last_error"])
+        self.assertIn("gave it back", behind["last_error"])
+        with self.assertRaises(SqlError) as refused:
+            cluster.query("SELECT cosid_next()")
+        self.assertEqual(refused.exception.sqlstate, "55000")
+        self.assertIn("CLOCK_BEHIND", refused.exception.stderr)
+        self.assertEqual(cluster.query(
+            f"SELECT state FROM cosid.machine_lease WHERE machine_id = {machine_id}"), "released")
+        # Once the clock is within the broken threshold of the watermark, the worker waits for
+        # it and generates after it.
+        wait_up(cluster, timeout=10)
+        after = int(cluster.query("SELECT cosid_next()"))
+        self.assertEqual(machine_of(after), machine_id)
+        self.assertGreater(ts_ms_of(after), ahead_ms)
+        self.assertGreater(after, before)
+
     def kill_server(self, cluster):
         """kill -9 of the postmaster and every process of the server, like a machine crash."""
         postmaster = cluster.postmaster_pid()

@@ -76,6 +76,29 @@ class Settings(unittest.TestCase):
         self.assert_refused({"cosid.machine_id": 1, "cosid.namespace": "'" + "n" * 64 + "'"},
                             'invalid value for parameter "cosid.namespace"')
 
+    def test_negative_lease_duration_stops_the_server(self):
+        self.assert_refused({"cosid.distributor": "lease", "cosid.guarder_delay": -5},
+                            'FATAL:  -5 ms is outside the valid range for parameter '
+                            '"cosid.guarder_delay" (1 .. 2147483647)')
+
+    def test_initial_delay_beyond_the_safe_guard_stops_the_server(self):
+        self.assert_refused({"cosid.distributor": "lease", "cosid.safe_guard_duration": "'4s'",
+                             "cosid.guarder_delay": "'1s'", "cosid.guarder_initial_delay": "'5s'"},
+                            "invalid combination of cosid lease settings",
+                            "cosid.guarder_initial_delay (5000 ms) must be shorter than "
+                            "cosid.safe_guard_duration minus its margin (3600 ms)")
+
+    def test_renewals_slower_than_the_safe_guard_stop_the_server(self):
+        self.assert_refused({"cosid.distributor": "lease", "cosid.safe_guard_duration": "'4s'",
+                             "cosid.guarder_delay": "'1min'",
+                             "cosid.guarder_initial_delay": "'1s'"},
+                            "cosid.guarder_delay (60000 ms) must be shorter than")
+
+    def test_stable_without_an_instance_id_stops_the_server(self):
+        self.assert_refused({"cosid.distributor": "lease", "cosid.stable": "on"},
+                            'invalid value for parameter "cosid.stable": on',
+                            "HINT:  Set cosid.instance_id")
+
     def test_unset_machine_id_refuses_to_generate_and_says_why(self):
         started, log = self.start_with({})
         self.assertTrue(started)
