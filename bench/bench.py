@@ -41,6 +41,14 @@ TABLES = {
 }
 
 
+def wait_leased(cluster):
+    for _ in range(100):
+        if cluster.query("SELECT state FROM cosid.status") == "UP":
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{cluster.name} leased no machine id:\n{cluster.log()[-2000:]}")
+
+
 def timed_statements(cluster, statements):
     """Runs statements in one session; returns each one's server round trip in seconds."""
     script = "\\timing on\n" + "".join(f"{s};\n" for s in statements)
@@ -99,10 +107,12 @@ def main():
     parser.add_argument("--insert-rounds", type=int, default=3)
     args = parser.parse_args()
 
-    cluster = Cluster("bench", free_port(55190), {"cosid.machine_id": 1}, durable=True).init()
+    # The product's default: a machine id leased by the background worker.
+    cluster = Cluster("bench", free_port(55190), {}, durable=True).init()
     cluster.start()
     try:
         cluster.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq")
+        wait_leased(cluster)
         version = cluster.query("SHOW server_version")
         print(f"cosid benchmark: PostgreSQL {version}, {os.cpu_count()} CPUs, "
               f"default durability settings, median of {args.rounds} rounds")
@@ -141,25 +151,34 @@ def main():
         cluster.stop()
 
     # The ceiling hides what a call costs. A layout with 22 sequence bits (4,194,304 ids per
-    # millisecond) and an epoch of today shows the cost of cosid_next() itself.
+    # millisecond) and an epoch of today shows the cost of cosid_next() itself, with a leased
+    # machine id (a deadline and a watermark checked on every call) and with a manual one.
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    uncapped = Cluster("bench-uncapped", free_port(55191), {
-        "cosid.machine_id": 1, "cosid.epoch": f"'{today}'", "cosid.timestamp_bits": 35,
-        "cosid.machine_bits": 6, "cosid.sequence_bits": 22}, durable=True).init()
-    uncapped.start()
-    try:
-        uncapped.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq")
-        medians = single_backend(uncapped, args.rounds)
-        loop = medians.pop("empty loop")
-        print(f"\n4. Cost of one call, net of the loop ({loop:.3f} s per million), with a 35/6/22-bit "
-              f"layout whose ceiling is far away")
-        print(f"   {'function':<20}{'ns per call':>12}{'vs cosid':>10}")
-        cosid_ns = (medians["cosid_next()"] - loop) * 1e9 / CALLS
-        for name, seconds in medians.items():
-            ns = (seconds - loop) * 1e9 / CALLS
-            print(f"   {name:<20}{ns:>12.0f}{ns / cosid_ns:>9.2f}x")
-    finally:
-        uncapped.stop()
+    uncapped_layout = {"cosid.epoch": f"'{today}'", "cosid.timestamp_bits": 35,
+                       "cosid.machine_bits": 6, "cosid.sequence_bits": 22}
+    costs = {}
+    for distributor in ("lease", "manual"):
+        uncapped = Cluster(f"bench-uncapped-{distributor}", free_port(55191), {
+            **uncapped_layout, "cosid.distributor": distributor, "cosid.machine_id": 1},
+            durable=True).init()
+        uncapped.start()
+        try:
+            uncapped.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq")
+            wait_leased(uncapped)
+            medians = single_backend(uncapped, args.rounds)
+            loop = medians.pop("empty loop")
+            for name, seconds in medians.items():
+                label = f"{name} ({distributor})" if name == "cosid_next()" else name
+                costs.setdefault(label, []).append((seconds - loop) * 1e9 / CALLS)
+        finally:
+            uncapped.stop()
+    print("\n4. Cost of one call, net of the loop, with a 35/6/22-bit layout whose ceiling is far "
+          "away")
+    print(f"   {'function':<30}{'ns per call':>12}{'vs leased':>11}")
+    base = statistics.median(costs["cosid_next() (lease)"])
+    for name, samples in costs.items():
+        ns = statistics.median(samples)
+        print(f"   {name:<30}{ns:>12.0f}{ns / base:>10.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 #   dev-cluster.sh start   create it (first time), start it, create the extension, show a demo
 #   dev-cluster.sh stop    stop it
 # It runs as the postgres user, listens on 127.0.0.1:$COSID_PORT (5499 by default) and keeps its
-# data in target/dev-cluster. Authentication is "trust": it is for local use only.
+# data in target/dev-cluster. It leases its machine id from the lease table in database postgres.
+# Authentication is "trust": it is for local use only.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,6 @@ start() {
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$BASE'
 shared_preload_libraries = 'cosid'
-cosid.machine_id = 1
 CONF
     fi
     local build
@@ -44,9 +44,14 @@ CONF
         echo "cosid: reusing the running cluster in $DATA"
     fi
     echo "$build" >"$BASE/loaded-build"
+    psql_cmd -q -d postgres -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS cosid"
+    # The background worker leases a machine id within a second of the extension's creation.
+    for _ in $(seq 50); do
+        [ "$(psql_cmd -At -d postgres -c "SELECT state FROM cosid.status")" = UP ] && break
+        sleep 0.2
+    done
     psql_cmd -q -d postgres -v ON_ERROR_STOP=1 <<'SQL'
 SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS cosid;
 DROP TABLE IF EXISTS cosid_demo;
 CREATE TABLE cosid_demo (id bigint PRIMARY KEY DEFAULT cosid_next(), item text);
 INSERT INTO cosid_demo (item) VALUES ('apple'), ('pear'), ('plum');
@@ -55,7 +60,9 @@ INSERT INTO cosid_demo (item) VALUES ('apple'), ('pear'), ('plum');
 \echo '-- SELECT id, item, d.*, cosid_friendly(id), cosid_to_radix62(id) FROM cosid_demo, cosid_decode(id) d;'
 SELECT id, item, d.*, cosid_friendly(id) AS friendly, cosid_to_radix62(id) AS radix62
   FROM cosid_demo, cosid_decode(id) d ORDER BY id;
-SELECT namespace, distributor, state, machine_id, ids_issued FROM cosid.status;
+SELECT namespace, distributor, instance_id, state, machine_id, expires_at, ids_issued
+  FROM cosid.status;
+SELECT namespace, machine_id, instance_id, status, time_left FROM cosid.leases;
 SQL
     echo "cosid is running. Connect with:"
     echo "  psql -h 127.0.0.1 -p $PORT -U postgres postgres"
