@@ -1,7 +1,8 @@
 //! The lease store as the background worker sees it: the protocol of `sql/lease_store.sql`
 //! (claim, renew, release), called through SPI in the worker's own database. Every call runs in
 //! its own transaction with a statement and lock timeout, and an error in it is caught and
-//! returned, so that a slow, locked or failing store never hangs the worker or ends it.
+//! returned, so that a slow, locked or failing store never hangs the worker or ends it. Each
+//! commits durably (`synchronous_commit = local`), so that a crash cannot forget a claim.
 
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::pg_sys;
@@ -69,9 +70,12 @@ fn in_transaction<R>(
             Spi::connect_mut(|client| {
                 client
                     .update(
+                        // The claim must survive a crash of this server before any id is issued
+                        // under it, whatever synchronous_commit the server runs with.
                         &format!(
                             "SET LOCAL statement_timeout = {timeout_ms}; \
-                             SET LOCAL lock_timeout = {timeout_ms}"
+                             SET LOCAL lock_timeout = {timeout_ms}; \
+                             SET LOCAL synchronous_commit = local"
                         ),
                         None,
                         &[],

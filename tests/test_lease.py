@@ -335,6 +335,48 @@ class Leases(unittest.TestCase):
         self.assertGreater(min(after), max(before))
         self.assertTrue((cluster.data / "cosid.state").exists())
 
+    def test_backend_crash_rebuilds_the_lease_from_the_store(self):
+        cluster = self.track(lease_cluster("lease-backend-crash", 55153))
+        cluster.query("CREATE EXTENSION cosid")
+        first = wait_up(cluster)
+        before = [int(v) for v in cluster.query(
+            "SELECT cosid_next() FROM generate_series(1, 1000)").split()]
+        victim = subprocess.Popen(cluster.psql_command("postgres", "-c", "SELECT pg_sleep(60)"),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pids = wait_for(lambda: cluster.backend_pids("SELECT pg_sleep%"), 5, "the backend")
+        os.kill(pids[0], signal.SIGKILL)
+        victim.wait()
+        wait_for(lambda: "all server processes terminated; reinitializing" in cluster.log(), 10,
+                 "the reinitialisation")
+        cluster.wait_ready()
+        again = wait_up(cluster)
+        # Shared memory is new, so the identity is new, and the old claim is another's until it
+        # expires: a different machine id.
+        self.assertNotEqual(again["instance_id"], first["instance_id"])
+        self.assertNotEqual(again["machine_id"], first["machine_id"])
+        after = [int(v) for v in cluster.query(
+            "SELECT cosid_next() FROM generate_series(1, 1000)").split()]
+        self.assertFalse(set(before) & set(after))
+
+    def test_fail_fast_off_keeps_generating_past_the_deadline(self):
+        cluster = self.track(lease_cluster("lease-no-fail-fast", 55154,
+                                           **{"cosid.fail_fast": "off"}))
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        locker = subprocess.Popen(cluster.psql_command("postgres", "-v", "ON_ERROR_STOP=1"),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        locker.stdin.write("BEGIN; LOCK TABLE cosid.machine_lease IN ACCESS EXCLUSIVE MODE; "
+                           "SELECT 'locked';\n")
+        locker.stdin.flush()
+        locker.stdout.readline()
+        time.sleep(DEADLINE_S + 1)
+        self.assertEqual(status(cluster)["state"], "DOWN")
+        self.assertIsNotNone(try_next(cluster)[0], "fail_fast = off stopped generating")
+        locker.stdin.write("COMMIT;\n")
+        locker.stdin.close()
+        locker.wait()
+        locker.stdout.close()
+
     def test_worker_waits_for_the_extension_and_logs_it_once(self):
         cluster = self.track(lease_cluster("lease-noext", 55149))
         time.sleep(2.5)
