@@ -31,8 +31,10 @@ COMMENT ON TABLE cosid.machine_lease IS
 -- one, a never-used one, then an expired one. Stable instances never take an expired lease, and
 -- nobody takes theirs. Claims of one namespace are serialised, so concurrent claimers get
 -- distinct machine ids. Returns one row; outcome is 'own', 'released', 'new' or 'expired' with the
--- machine id and the watermark the claimer must wait for, or 'exhausted' or 'machine_bits' (a
--- live lease of the namespace uses other machine bits) without one.
+-- machine id and the watermark the claimer must wait for; 'busy' when this instance's own lease
+-- is still live under another claim (after a crash, or because another process uses the same
+-- instance id): it may be taken only once it has expired, with its expiry in expires_at;
+-- 'exhausted', or 'machine_bits' (a live lease of the namespace uses other machine bits).
 CREATE FUNCTION cosid.lease_claim(
     p_namespace     text,
     p_machine_bits  integer,
@@ -73,6 +75,13 @@ BEGIN
            AND l.machine_id <= v_max
          ORDER BY l.machine_id LIMIT 1;
         v_outcome := 'own';
+        IF v_lease.machine_id IS NOT NULL AND v_lease.state = 'claimed'
+           AND v_lease.expires_at > v_now AND v_lease.claim_token <> p_claim_token THEN
+            -- Whoever made that claim may still be generating until it expires.
+            RETURN QUERY SELECT 'busy'::text, v_lease.machine_id, v_lease.watermark_ms,
+                                v_lease.expires_at, v_now;
+            RETURN;
+        END IF;
         IF v_lease.machine_id IS NULL THEN
             SELECT * INTO v_lease FROM cosid.machine_lease l
              WHERE l.namespace = p_namespace AND l.state = 'released' AND NOT l.stable
@@ -165,8 +174,9 @@ AS $$
 $$;
 
 -- Releases a lease at shutdown with the exact watermark: the last timestamp the holder issued.
--- A stable instance keeps its machine id; only the watermark changes. Returns whether the lease
--- was still this instance's.
+-- A stable instance keeps its machine id (the row stays claimed, and nobody else takes a stable
+-- lease), but its lease ends now, so that it takes it back at once when it restarts. Returns
+-- whether the lease was still this instance's.
 CREATE FUNCTION cosid.lease_release(
     p_namespace    text,
     p_machine_id   integer,
@@ -180,7 +190,7 @@ AS $$
     WITH released AS (
         UPDATE cosid.machine_lease l
            SET state = CASE WHEN l.stable THEN 'claimed' ELSE 'released' END,
-               expires_at = CASE WHEN l.stable THEN l.expires_at ELSE clock_timestamp() END,
+               expires_at = clock_timestamp(),
                watermark_ms = p_watermark_ms
          WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
            AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token

@@ -30,6 +30,9 @@ pub enum ClaimOutcome {
         expires_at_ms: i64,
         store_now_ms: i64,
     },
+    /// This instance's own lease is still live under another claim: it may be taken once it
+    /// expires, at `expires_at_ms` by the store's clock.
+    Busy { machine_id: u32, expires_at_ms: i64 },
     /// Every machine id of the namespace is held.
     Exhausted,
     /// A live lease of the namespace uses other machine bits.
@@ -161,6 +164,10 @@ impl LocalStore {
                 .ok_or("the claim returned no outcome")?;
             Ok(match outcome.as_str() {
                 "exhausted" => ClaimOutcome::Exhausted,
+                "busy" => ClaimOutcome::Busy {
+                    machine_id: row.get::<i32>(2).map_err(|e| e.to_string())?.unwrap_or(-1) as u32,
+                    expires_at_ms: row.get(4).map_err(|e| e.to_string())?.unwrap_or(0),
+                },
                 "machine_bits" => ClaimOutcome::MachineBitsMismatch,
                 _ => ClaimOutcome::Claimed {
                     machine_id: row

@@ -126,6 +126,7 @@ pub enum LeaseProblem {
     NoExtension = 6,
     Lost = 7,
     ShuttingDown = 8,
+    OwnLeaseLive = 9,
 }
 
 impl LeaseProblem {
@@ -139,6 +140,7 @@ impl LeaseProblem {
             6 => LeaseProblem::NoExtension,
             7 => LeaseProblem::Lost,
             8 => LeaseProblem::ShuttingDown,
+            9 => LeaseProblem::OwnLeaseLive,
             _ => LeaseProblem::None,
         }
     }

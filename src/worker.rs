@@ -237,6 +237,21 @@ impl Worker {
                 expires_at_ms,
                 store_now_ms,
             ),
+            Ok(ClaimOutcome::Busy {
+                machine_id,
+                expires_at_ms,
+            }) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::OwnLeaseLive,
+                    format!(
+                        "machine id {machine_id} of namespace \"{}\" is leased to this instance id (\"{}\") under an earlier claim, live until {}: waiting for it to expire, since whoever made that claim (this server before a crash, or another server with the same instance id) may still be generating",
+                        self.holder.namespace,
+                        self.holder.instance_id,
+                        crate::layout::format_unix_ms(expires_at_ms)
+                    ),
+                );
+            }
             Ok(ClaimOutcome::Exhausted) => {
                 return self.set_problem(
                     LeaseState::Claiming,

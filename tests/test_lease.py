@@ -158,6 +158,23 @@ class Leases(unittest.TestCase):
         self.assertEqual(sorted(claimed), list(range(16)))
         self.assertEqual([r[0] for r in results].count("exhausted"), 4)
 
+    def test_same_identity_cannot_take_over_a_live_claim(self):
+        cluster = self.track(Cluster("lease-identity", free_port(55155),
+                                     {"cosid.distributor": "manual"}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        claim = ("SELECT outcome, machine_id FROM cosid.lease_claim('cosid', 10, 'twin', true, "
+                 "{sg}, '{token}', 0)")
+        self.assertEqual(cluster.rows(claim.format(sg=1500, token="first")), [["new", "0"]])
+        # A second process with the same identity (a clone, or the same server after a crash)
+        # must wait until the first claim has expired.
+        self.assertEqual(cluster.rows(claim.format(sg=1500, token="second")), [["busy", "0"]])
+        time.sleep(1.6)
+        self.assertEqual(cluster.rows(claim.format(sg=1500, token="second")), [["own", "0"]])
+        # The first claim is now lost: its renewal matches nothing.
+        self.assertEqual(cluster.query(
+            "SELECT count(*) FROM cosid.lease_renew('cosid', 0, 'twin', 'first', 1500, 0)"), "0")
+
     def test_no_machine_id_left_gives_53400(self):
         cluster = self.track(lease_cluster("lease-full", 55143, **{
             "cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}))
@@ -334,6 +351,8 @@ class Leases(unittest.TestCase):
         self.assertEqual({machine_of(v) for v in after}, {machine_id})
         self.assertGreater(min(after), max(before))
         self.assertTrue((cluster.data / "cosid.state").exists())
+        # Its own lease was still live after the crash: taken back only once it had expired.
+        self.assertIn("waiting for it to expire", cluster.log())
 
     def test_backend_crash_rebuilds_the_lease_from_the_store(self):
         cluster = self.track(lease_cluster("lease-backend-crash", 55153))
