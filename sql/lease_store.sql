@@ -34,7 +34,9 @@ COMMENT ON TABLE cosid.machine_lease IS
 -- machine id and the watermark the claimer must wait for; 'busy' when this instance's own lease
 -- is still live under another claim (after a crash, or because another process uses the same
 -- instance id): it may be taken only once it has expired, with its expiry in expires_at;
--- 'exhausted', or 'machine_bits' (a live lease of the namespace uses other machine bits).
+-- 'exhausted', 'machine_bits' (a live lease of the namespace uses other machine bits), or
+-- 'contended' (other writers kept changing the chosen rows: try again). Call it in a READ
+-- COMMITTED transaction, so that it sees what the claims it waited for committed.
 CREATE FUNCTION cosid.lease_claim(
     p_namespace     text,
     p_machine_bits  integer,
@@ -145,7 +147,7 @@ BEGIN
             RETURN;
         END IF;
     END LOOP;
-    RETURN QUERY SELECT 'exhausted'::text, NULL::integer, NULL::bigint, NULL::timestamptz, v_now;
+    RETURN QUERY SELECT 'contended'::text, NULL::integer, NULL::bigint, NULL::timestamptz, v_now;
 END
 $$;
 

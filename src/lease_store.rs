@@ -35,6 +35,8 @@ pub enum ClaimOutcome {
     Busy { machine_id: u32, expires_at_ms: i64 },
     /// Every machine id of the namespace is held.
     Exhausted,
+    /// Other claims kept changing the rows this one chose; try again.
+    Contended,
     /// A live lease of the namespace uses other machine bits.
     MachineBitsMismatch,
 }
@@ -59,6 +61,26 @@ pub fn token_text(token: u64) -> String {
     format!("{token:016x}")
 }
 
+// PostgreSQL arms statement_timeout only for statements a client sends, never for SPI calls in a
+// background worker: the worker arms the timer itself. Not in pgrx's bindings (utils/timeout.h).
+const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
+extern "C-unwind" {
+    fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
+    fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
+}
+
+fn arm_statement_timeout(timeout_ms: u128) {
+    // SAFETY: the timeout module is initialised in every process connected to a database, and
+    // STATEMENT_TIMEOUT's handler is registered by InitPostgres; when it fires, the next interrupt
+    // check raises "canceling statement due to statement timeout".
+    unsafe { enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms.min(i32::MAX as u128) as _) };
+}
+
+fn disarm_statement_timeout() {
+    // SAFETY: disabling a timeout that is not armed is allowed.
+    unsafe { disable_timeout(STATEMENT_TIMEOUT, false) };
+}
+
 /// Runs `body` in a transaction of its own, bounded by `timeout`. A PostgreSQL error inside is
 /// caught, the transaction rolled back, and the error returned as text.
 fn in_transaction<R>(
@@ -68,7 +90,8 @@ fn in_transaction<R>(
         + std::panic::RefUnwindSafe,
 ) -> Result<R, String> {
     let timeout_ms = timeout.as_millis().max(1);
-    PgTryBuilder::new(move || {
+    arm_statement_timeout(timeout_ms);
+    let result = PgTryBuilder::new(move || {
         BackgroundWorker::transaction(move || {
             Spi::connect_mut(|client| {
                 client
@@ -76,8 +99,7 @@ fn in_transaction<R>(
                         // The claim must survive a crash of this server before any id is issued
                         // under it, whatever synchronous_commit the server runs with.
                         &format!(
-                            "SET LOCAL statement_timeout = {timeout_ms}; \
-                             SET LOCAL lock_timeout = {timeout_ms}; \
+                            "SET LOCAL lock_timeout = {timeout_ms}; \
                              SET LOCAL synchronous_commit = local"
                         ),
                         None,
@@ -100,7 +122,9 @@ fn in_transaction<R>(
             } => report.message().to_string(),
         })
     })
-    .execute()
+    .execute();
+    disarm_statement_timeout();
+    result
 }
 
 /// The store in this server's own database (`cosid.database`), through SPI.
@@ -109,6 +133,21 @@ pub struct LocalStore {
 }
 
 impl LocalStore {
+    /// Lease calls must see the rows other claims committed while they waited for the
+    /// namespace's lock, whatever isolation level the database defaults to.
+    pub fn use_read_committed(&self) -> Result<(), String> {
+        in_transaction(self.timeout, |client| {
+            client
+                .update(
+                    "SET default_transaction_isolation = 'read committed'",
+                    None,
+                    &[],
+                )
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+
     pub fn readiness(&self) -> Result<Readiness, String> {
         // SAFETY: RecoveryInProgress only reads shared state.
         if unsafe { pg_sys::RecoveryInProgress() } {
@@ -164,6 +203,7 @@ impl LocalStore {
                 .ok_or("the claim returned no outcome")?;
             Ok(match outcome.as_str() {
                 "exhausted" => ClaimOutcome::Exhausted,
+                "contended" => ClaimOutcome::Contended,
                 "busy" => ClaimOutcome::Busy {
                     machine_id: row.get::<i32>(2).map_err(|e| e.to_string())?.unwrap_or(-1) as u32,
                     expires_at_ms: row.get(4).map_err(|e| e.to_string())?.unwrap_or(0),

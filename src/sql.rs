@@ -369,7 +369,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
             "All {} machine ids of {bits} machine bits (cosid.machine_bits) are held by other servers of the namespace.",
             1u64 << bits
         ))
-        .hint("Raise cosid.machine_bits on every server of the namespace, use another cosid.namespace, or free a machine id (see cosid.leases).");
+        .hint("Raise cosid.machine_bits on every server of the namespace, or stop a server of it: see cosid.leases. Do not delete rows of cosid.machine_lease: their watermarks keep ids from being issued twice.");
     }
     CosidError::prerequisite(format!(
         "cosid holds no machine id lease in namespace \"{namespace}\""

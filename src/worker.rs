@@ -46,6 +46,10 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     };
     BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
     let mut worker = Worker::new(slot, settings.namespace.clone(), lease_settings);
+    worker.start_timing();
+    if let Err(why) = worker.store().use_read_committed() {
+        warning!("cosid: could not set the lease calls' isolation level: {why}");
+    }
     worker.run();
     // Exit code 1, not 0: a worker that was terminated on its own (pg_terminate_backend) is then
     // started again after its restart time, while at server shutdown nothing is restarted.
@@ -61,6 +65,8 @@ struct Worker {
     database: String,
     /// The lease timings in force: the settings at start, then each valid reload.
     timing: LeaseTiming,
+    /// A machine id given back whose release failed: released before anything is claimed.
+    pending_release: Option<(u32, u64, i64)>,
     /// Monotonic time of the next renewal.
     next_renewal_ms: u64,
     next_state_write_ms: u64,
@@ -86,6 +92,7 @@ impl Worker {
             },
             database: settings.database.clone(),
             timing: guc::lease_timing(),
+            pending_release: None,
             next_renewal_ms: 0,
             next_state_write_ms: 0,
             last_logged: String::new(),
@@ -94,6 +101,19 @@ impl Worker {
 
     fn generator(&self) -> &GeneratorState {
         &self.slot.state
+    }
+
+    /// The timings this process starts with: the server checked them at start, but a reload
+    /// since may have changed them; delays that could let the lease lapse are shortened.
+    fn start_timing(&mut self) {
+        let timing = guc::lease_timing();
+        if let Err(why) = timing.validate() {
+            self.log_change(
+                PgLogLevel::WARNING,
+                format!("cosid: shortening the lease delays: {why}"),
+            );
+        }
+        self.timing = timing.clamped();
     }
 
     /// After a reload: new timings that could let the lease lapse between renewals are refused,
@@ -180,7 +200,7 @@ impl Worker {
             self.renew();
         }
         if self.holder.stable && now >= self.next_state_write_ms {
-            self.write_state_file();
+            self.write_state_file(guc::local_state_interval_ms());
         }
     }
 
@@ -188,6 +208,16 @@ impl Worker {
         // Retry within a second when nothing was claimed.
         self.next_renewal_ms = boottime_ms() + 1_000;
         let store = self.store();
+        if let Some((machine_id, token, watermark_ms)) = self.pending_release {
+            // Until it is released, the machine id is held under a claim nobody renews.
+            if store
+                .release(&self.holder, machine_id, token, watermark_ms)
+                .is_err()
+            {
+                return;
+            }
+            self.pending_release = None;
+        }
         match store.readiness() {
             Ok(Readiness::Ready) => {}
             Ok(Readiness::ReadOnly) => {
@@ -264,6 +294,13 @@ impl Worker {
                     ),
                 );
             }
+            Ok(ClaimOutcome::Contended) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::StoreError,
+                    "claiming a machine id failed: other claims kept changing the lease table; trying again".to_string(),
+                );
+            }
             Ok(ClaimOutcome::MachineBitsMismatch) => {
                 return self.set_problem(
                     LeaseState::Claiming,
@@ -283,14 +320,19 @@ impl Worker {
             }
         };
 
-        let previous = self.honoured_watermark(machine_id, &how, previous_watermark_ms);
+        let previous = self.honoured_watermark(machine_id, previous_watermark_ms);
         let broken = guc::backwards_policy().broken_threshold_ms;
         match watermark_wait(previous, unix_ms_now(), broken) {
             WatermarkWait::Ready => {}
             WatermarkWait::Wait { ms } => sleep_unless_shutdown(ms),
             WatermarkWait::TooFarAhead { ahead_ms } => {
                 // Give the machine id back as it was: nothing was issued under this claim.
-                let _ = store.release(&self.holder, machine_id, token, previous_watermark_ms);
+                if store
+                    .release(&self.holder, machine_id, token, previous_watermark_ms)
+                    .is_err()
+                {
+                    self.pending_release = Some((machine_id, token, previous_watermark_ms));
+                }
                 return self.set_problem(
                     LeaseState::ClockBehind,
                     LeaseProblem::ClockBehind,
@@ -305,6 +347,14 @@ impl Worker {
             let _ = store.release(&self.holder, machine_id, token, previous_watermark_ms);
             return;
         }
+        // Reopening the machine id this generator last used must not lower its floor (a store
+        // that forgot the watermark, rows deleted by hand).
+        let mut floor_ticks = self.layout.unix_ms_to_ticks(previous).unwrap_or(0);
+        if let Some(last) = self.layout.decompose(self.generator().last_word()) {
+            if last.machine_id == machine_id {
+                floor_ticks = floor_ticks.max(last.ticks);
+            }
+        }
 
         let lease = &self.slot.lease;
         lease.set_held(Some((machine_id, token)));
@@ -312,7 +362,6 @@ impl Worker {
         self.publish_limits(sent_ms, watermark_ms);
         // Backends enforce the watermark too, on their own clock reads: nothing is issued at or
         // before it, and a clock still behind it counts as a step back.
-        let floor_ticks = self.layout.unix_ms_to_ticks(previous).unwrap_or(0);
         self.generator().open(&self.layout, machine_id, floor_ticks);
         lease.set_problem(LeaseProblem::None);
         lease.last_error.store("");
@@ -328,25 +377,27 @@ impl Worker {
         );
     }
 
-    /// A stable instance that takes its own lease back after a crash trusts its local state file
-    /// over the store's watermark, which was an upper bound written up to a safe guard ahead.
-    fn honoured_watermark(&mut self, machine_id: u32, how: &str, store_watermark_ms: i64) -> i64 {
-        if !(self.holder.stable && how == "own") {
+    /// A stable instance also honours the floor in its local state file: its last timestamp,
+    /// plus `cosid.local_state_interval` unless it was written at a clean shutdown. It covers a
+    /// lease table that forgot its watermark (restored, recreated, rows deleted).
+    fn honoured_watermark(&mut self, machine_id: u32, store_watermark_ms: i64) -> i64 {
+        if !self.holder.stable {
             return store_watermark_ms;
         }
         match read_state_file() {
-            Some((namespace, id, last_ms))
+            Some((namespace, id, floor_ms))
                 if namespace == self.holder.namespace && id == machine_id =>
             {
-                let local_bound = last_ms + guc::local_state_interval_ms() as i64;
-                store_watermark_ms.min(local_bound)
+                store_watermark_ms.max(floor_ms)
             }
             _ => store_watermark_ms,
         }
     }
 
     /// Raises the generator's bound to the watermark just written, and moves its deadline to
-    /// the one of the renewal sent at `sent_ms`. With fail-fast off, neither is enforced.
+    /// the one of the renewal sent at `sent_ms`. With fail-fast off, neither is enforced: the
+    /// generator keeps going while renewals fail (unsafe, as documented), but a lost lease still
+    /// stops it.
     fn publish_limits(&self, sent_ms: u64, watermark_ms: i64) {
         let generator = self.generator();
         if !guc::fail_fast() {
@@ -400,9 +451,8 @@ impl Worker {
                 }
             }
             Ok(None) => {
-                if guc::fail_fast() {
-                    self.generator().close();
-                }
+                // Somebody else may hold the machine id now: stop at once, fail-fast or not.
+                self.generator().close();
                 self.slot.lease.set_held(None);
                 self.next_renewal_ms = 0;
                 self.set_problem(
@@ -438,7 +488,9 @@ impl Worker {
         self.layout.ticks_to_unix_ms(last)
     }
 
-    fn write_state_file(&mut self) {
+    /// Writes the floor a restart must honour: the last timestamp issued, plus `pad_ms` for
+    /// what may be issued before the next write.
+    fn write_state_file(&mut self, pad_ms: u64) {
         let Some((machine_id, _)) = self.slot.lease.held() else {
             return;
         };
@@ -446,7 +498,7 @@ impl Worker {
         let line = format!(
             "{}\t{machine_id}\t{}\n",
             self.holder.namespace,
-            self.last_issued_ms()
+            self.last_issued_ms() + pad_ms as i64
         );
         if let Err(why) = write_file_durably(STATE_FILE, line.as_bytes()) {
             self.log_change(
@@ -462,7 +514,7 @@ impl Worker {
         if let Some((machine_id, token)) = lease.held() {
             let last_ms = self.last_issued_ms();
             if self.holder.stable {
-                self.write_state_file();
+                self.write_state_file(0);
             }
             match self.store().release(&self.holder, machine_id, token, last_ms) {
                 Ok(true) => log!(

@@ -302,6 +302,24 @@ class Leases(unittest.TestCase):
         self.assertGreater(ts_ms_of(after), ahead_ms)
         self.assertGreater(after, before)
 
+    def test_slow_store_call_is_cut_by_the_statement_timeout(self):
+        cluster = self.track(lease_cluster("lease-slow", 55156))
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        # Every renewal now takes a minute, unless the worker's own timeout cuts it.
+        cluster.query("""
+            CREATE FUNCTION slow_down() RETURNS trigger LANGUAGE plpgsql AS
+            $$ BEGIN PERFORM pg_sleep(60); RETURN NEW; END $$;
+            CREATE TRIGGER slow BEFORE UPDATE ON cosid.machine_lease
+               FOR EACH ROW EXECUTE FUNCTION slow_down();""")
+        down = wait_for(lambda: status(cluster)["state"] == "DOWN" and status(cluster), 5,
+                        "the renewal to fail")
+        self.assertIn("statement timeout", down["last_error"])
+        wait_for(lambda: try_next(cluster)[1] == "55000", DEADLINE_S + 2, "the deadline")
+        cluster.query("DROP TRIGGER slow ON cosid.machine_lease")
+        wait_for(lambda: try_next(cluster)[0], 5, "generation after the store recovers")
+        self.assertEqual(status(cluster)["state"], "UP")
+
     def kill_server(self, cluster):
         """kill -9 of the postmaster and every process of the server, like a machine crash."""
         postmaster = cluster.postmaster_pid()

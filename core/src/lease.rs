@@ -125,6 +125,17 @@ impl LeaseTiming {
         Ok(())
     }
 
+    /// The same timings with the delays shortened, where needed, to a third of the usable time,
+    /// so that they validate: for settings that changed after the server checked them.
+    pub fn clamped(&self) -> LeaseTiming {
+        let limit_ms = (self.usable_ms() / 3).max(1);
+        LeaseTiming {
+            safe_guard_ms: self.safe_guard_ms,
+            guarder_delay_ms: self.guarder_delay_ms.min(limit_ms),
+            guarder_initial_delay_ms: self.guarder_initial_delay_ms.min(limit_ms),
+        }
+    }
+
     /// The local deadline of a renewal (or claim) sent at `sent_monotonic_ms`.
     pub fn deadline_ms(&self, sent_monotonic_ms: u64) -> u64 {
         sent_monotonic_ms + self.usable_ms()
@@ -223,6 +234,23 @@ mod tests {
         assert!(
             message.contains("cosid.guarder_initial_delay (5000 ms)"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn clamping_makes_any_timing_valid() {
+        for (sg, delay, initial) in [
+            (4_000, 60_000, 60_000),
+            (300_000, 60_000, 60_000),
+            (20, 5, 500),
+        ] {
+            let clamped = timing(sg, delay, initial).clamped();
+            assert_eq!(clamped.validate(), Ok(()), "{sg} {delay} {initial}");
+            assert_eq!(clamped.safe_guard_ms, sg);
+        }
+        assert_eq!(
+            timing(300_000, 60_000, 60_000).clamped(),
+            timing(300_000, 60_000, 60_000)
         );
     }
 
