@@ -108,7 +108,7 @@ def main():
     args = parser.parse_args()
 
     # The product's default: a machine id leased by the background worker.
-    cluster = Cluster("bench", free_port(55190), {}, durable=True).init()
+    cluster = Cluster("bench", free_port(25190), {}, durable=True).init()
     cluster.start()
     try:
         cluster.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq")
@@ -158,7 +158,7 @@ def main():
                        "cosid.machine_bits": 6, "cosid.sequence_bits": 22}
     costs = {}
     for distributor in ("lease", "manual"):
-        uncapped = Cluster(f"bench-uncapped-{distributor}", free_port(55191), {
+        uncapped = Cluster(f"bench-uncapped-{distributor}", free_port(25191), {
             **uncapped_layout, "cosid.distributor": distributor, "cosid.machine_id": 1},
             durable=True).init()
         uncapped.start()

@@ -42,6 +42,7 @@ static NAMESPACE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::n
 static DISTRIBUTOR: GucSetting<DistributorSetting> =
     GucSetting::<DistributorSetting>::new(DistributorSetting::Lease);
 static MACHINE_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
+static LEASE_STORE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 static INSTANCE_ID: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -108,7 +109,8 @@ pub fn init(preloading: bool) {
     }
 }
 
-const ALL_SETTINGS: [&CStr; 19] = [
+const ALL_SETTINGS: [&CStr; 20] = [
+    c"cosid.lease_store",
     c"cosid.database",
     c"cosid.instance_id",
     c"cosid.stable",
@@ -207,6 +209,14 @@ fn define_lease_reloadable() {
 
 fn define_server_start() {
     define_lease_reloadable();
+    GucRegistry::define_string_guc(
+        c"cosid.lease_store",
+        c"A libpq connection string to a shared lease store; empty means cosid.database.",
+        c"Servers that share a store and a namespace hold distinct machine ids.",
+        &LEASE_STORE,
+        GucContext::Postmaster,
+        GucFlags::SUPERUSER_ONLY,
+    );
     GucRegistry::define_string_guc(
         c"cosid.database",
         c"The database that holds the lease table and the background worker connects to.",
@@ -383,6 +393,8 @@ pub enum MachineSource {
 
 #[derive(Clone, Debug)]
 pub struct LeaseSettings {
+    /// `cosid.lease_store`, when set: a shared store instead of `cosid.database`.
+    pub lease_store: Option<String>,
     pub database: String,
     /// `cosid.instance_id`, when set.
     pub instance_id: Option<String>,
@@ -479,7 +491,16 @@ fn lease_settings() -> Result<LeaseSettings, CosidError> {
                 .detail(format!("{why}."))
                 .hint("Shorten cosid.guarder_delay or cosid.guarder_initial_delay, or lengthen cosid.safe_guard_duration.")
         })?;
+    let lease_store = Some(string_setting(&LEASE_STORE)).filter(|text| !text.trim().is_empty());
+    if let Some(conninfo) = &lease_store {
+        crate::remote_store::RemoteStore::new(conninfo).map_err(|why| {
+            CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
+                .detail(format!("{why}."))
+                .hint("Use a libpq key=value connection string, such as host=store.example port=5432 dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt.")
+        })?;
+    }
     Ok(LeaseSettings {
+        lease_store,
         database,
         instance_id,
         stable,

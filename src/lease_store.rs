@@ -41,6 +41,35 @@ pub enum ClaimOutcome {
     MachineBitsMismatch,
 }
 
+impl ClaimOutcome {
+    /// The outcome of `cosid.lease_claim`'s row, from either store.
+    pub fn from_row(
+        outcome: &str,
+        machine_id: Option<i32>,
+        previous_watermark_ms: i64,
+        expires_at_ms: i64,
+        store_now_ms: i64,
+    ) -> ClaimOutcome {
+        let machine_id = machine_id.unwrap_or(-1) as u32;
+        match outcome {
+            "exhausted" => ClaimOutcome::Exhausted,
+            "contended" => ClaimOutcome::Contended,
+            "machine_bits" => ClaimOutcome::MachineBitsMismatch,
+            "busy" => ClaimOutcome::Busy {
+                machine_id,
+                expires_at_ms,
+            },
+            how => ClaimOutcome::Claimed {
+                machine_id,
+                how: how.to_string(),
+                previous_watermark_ms,
+                expires_at_ms,
+                store_now_ms,
+            },
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Renewed {
     pub expires_at_ms: i64,
@@ -201,26 +230,13 @@ impl LocalStore {
                 .get(1)
                 .map_err(|e| e.to_string())?
                 .ok_or("the claim returned no outcome")?;
-            Ok(match outcome.as_str() {
-                "exhausted" => ClaimOutcome::Exhausted,
-                "contended" => ClaimOutcome::Contended,
-                "busy" => ClaimOutcome::Busy {
-                    machine_id: row.get::<i32>(2).map_err(|e| e.to_string())?.unwrap_or(-1) as u32,
-                    expires_at_ms: row.get(4).map_err(|e| e.to_string())?.unwrap_or(0),
-                },
-                "machine_bits" => ClaimOutcome::MachineBitsMismatch,
-                _ => ClaimOutcome::Claimed {
-                    machine_id: row
-                        .get::<i32>(2)
-                        .map_err(|e| e.to_string())?
-                        .ok_or("the claim returned no machine id")?
-                        as u32,
-                    how: outcome,
-                    previous_watermark_ms: row.get(3).map_err(|e| e.to_string())?.unwrap_or(0),
-                    expires_at_ms: row.get(4).map_err(|e| e.to_string())?.unwrap_or(0),
-                    store_now_ms: row.get(5).map_err(|e| e.to_string())?.unwrap_or(0),
-                },
-            })
+            Ok(ClaimOutcome::from_row(
+                &outcome,
+                row.get(2).map_err(|e| e.to_string())?,
+                row.get(3).map_err(|e| e.to_string())?.unwrap_or(0),
+                row.get(4).map_err(|e| e.to_string())?.unwrap_or(0),
+                row.get(5).map_err(|e| e.to_string())?.unwrap_or(0),
+            ))
         })
     }
 
@@ -291,5 +307,75 @@ impl LocalStore {
                 .map_err(|e| e.to_string())?
                 .unwrap_or(false))
         })
+    }
+}
+
+/// The worker's lease store: its own database through SPI, or a shared one over the network.
+pub enum Store {
+    Local(LocalStore),
+    Remote(crate::remote_store::RemoteStore),
+}
+
+impl Store {
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Store::Remote(_))
+    }
+
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        match self {
+            Store::Local(store) => store.timeout = timeout,
+            Store::Remote(store) => store.timeout = timeout,
+        }
+    }
+
+    pub fn readiness(&mut self) -> Result<Readiness, String> {
+        match self {
+            Store::Local(store) => store.readiness(),
+            Store::Remote(store) => store.readiness(),
+        }
+    }
+
+    pub fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, String> {
+        match self {
+            Store::Local(store) => store.claim(holder, safe_guard_ms, token, watermark_ms),
+            Store::Remote(store) => store.claim(holder, safe_guard_ms, token, watermark_ms),
+        }
+    }
+
+    pub fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+    ) -> Result<Option<Renewed>, String> {
+        match self {
+            Store::Local(store) => {
+                store.renew(holder, machine_id, token, safe_guard_ms, watermark_ms)
+            }
+            Store::Remote(store) => {
+                store.renew(holder, machine_id, token, safe_guard_ms, watermark_ms)
+            }
+        }
+    }
+
+    pub fn release(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, String> {
+        match self {
+            Store::Local(store) => store.release(holder, machine_id, token, watermark_ms),
+            Store::Remote(store) => store.release(holder, machine_id, token, watermark_ms),
+        }
     }
 }

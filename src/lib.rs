@@ -2,14 +2,15 @@
 //!
 //! `_PG_init` only wires the pieces together; see the modules for the parts:
 //! pure logic in the `cosid-core` crate (`core/`), the server side in `guc`, `shmem`, `clock`,
-//! `sql`, and for leased machine ids `worker` and `lease_store`.
+//! `sql`, and for leased machine ids `worker`, `lease_store` (local) and `remote_store` (shared).
 
-pub use cosid_core::{distributor, generator, layout, lease};
+pub use cosid_core::{conninfo, distributor, generator, layout, lease};
 
 mod clock;
 mod error;
 mod guc;
 mod lease_store;
+mod remote_store;
 mod shmem;
 mod sql;
 mod worker;

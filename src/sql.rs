@@ -349,7 +349,11 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         return CosidError::prerequisite(message).detail("The generator is stopped.");
     }
     let lease = &slot.lease;
-    if lease.problem() == LeaseProblem::Standby || recovery_in_progress() {
+    let local_store = matches!(
+        shmem::server_settings().map(|settings| &settings.machine),
+        Some(MachineSource::Leased(lease)) if lease.lease_store.is_none()
+    );
+    if lease.problem() == LeaseProblem::Standby || (local_store && recovery_in_progress()) {
         return CosidError::new(
             PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
             "cannot generate cosid ids on a hot standby",

@@ -12,7 +12,8 @@ use crate::generator::GeneratorState;
 use crate::guc::{self, LeaseSettings, MachineSource};
 use crate::layout::Layout;
 use crate::lease::{watermark_wait, LeaseState, LeaseTiming, WatermarkWait};
-use crate::lease_store::{ClaimOutcome, Holder, LocalStore, Readiness};
+use crate::lease_store::{ClaimOutcome, Holder, LocalStore, Readiness, Store};
+use crate::remote_store::RemoteStore;
 use crate::shmem::{self, GeneratorSlot, LeaseProblem};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
@@ -44,12 +45,28 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     let Ok(slot) = shmem::default_generator() else {
         return;
     };
-    BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
-    let mut worker = Worker::new(slot, settings.namespace.clone(), lease_settings);
+    let store = match &lease_settings.lease_store {
+        Some(conninfo) => match RemoteStore::new(conninfo) {
+            Ok(store) => Store::Remote(store),
+            Err(why) => {
+                warning!("cosid: cannot use cosid.lease_store: {why}");
+                // SAFETY: see below; the worker is started again after its restart time.
+                unsafe { pg_sys::proc_exit(1) };
+            }
+        },
+        None => {
+            BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
+            let store = LocalStore {
+                timeout: Duration::from_secs(1),
+            };
+            if let Err(why) = store.use_read_committed() {
+                warning!("cosid: could not set the lease calls' isolation level: {why}");
+            }
+            Store::Local(store)
+        }
+    };
+    let mut worker = Worker::new(slot, settings.namespace.clone(), lease_settings, store);
     worker.start_timing();
-    if let Err(why) = worker.store().use_read_committed() {
-        warning!("cosid: could not set the lease calls' isolation level: {why}");
-    }
     worker.run();
     // Exit code 1, not 0: a worker that was terminated on its own (pg_terminate_backend) is then
     // started again after its restart time, while at server shutdown nothing is restarted.
@@ -63,6 +80,7 @@ struct Worker {
     layout: Layout,
     holder: Holder,
     database: String,
+    store: Store,
     /// The lease timings in force: the settings at start, then each valid reload.
     timing: LeaseTiming,
     /// A machine id given back whose release failed: released before anything is claimed.
@@ -80,7 +98,12 @@ fn shutdown_requested() -> bool {
 }
 
 impl Worker {
-    fn new(slot: &'static GeneratorSlot, namespace: String, settings: &LeaseSettings) -> Worker {
+    fn new(
+        slot: &'static GeneratorSlot,
+        namespace: String,
+        settings: &LeaseSettings,
+        store: Store,
+    ) -> Worker {
         Worker {
             slot,
             layout: slot.config.layout,
@@ -91,6 +114,7 @@ impl Worker {
                 stable: settings.stable,
             },
             database: settings.database.clone(),
+            store,
             timing: guc::lease_timing(),
             pending_release: None,
             next_renewal_ms: 0,
@@ -129,12 +153,13 @@ impl Worker {
         }
     }
 
-    fn store(&self) -> LocalStore {
-        // A store call must end well before the lease could lapse.
+    /// The store, with its call timeout set from the renewal period: a call must end well
+    /// before the lease could lapse.
+    fn store(&mut self) -> &mut Store {
         let delay = self.timing.guarder_delay_ms;
-        LocalStore {
-            timeout: Duration::from_millis(delay.clamp(500, 10_000)),
-        }
+        self.store
+            .set_timeout(Duration::from_millis(delay.clamp(500, 10_000)));
+        &mut self.store
     }
 
     /// Logs a line unless it is the one logged last.
@@ -207,18 +232,20 @@ impl Worker {
     fn claim(&mut self) {
         // Retry within a second when nothing was claimed.
         self.next_renewal_ms = boottime_ms() + 1_000;
-        let store = self.store();
         if let Some((machine_id, token, watermark_ms)) = self.pending_release {
             // Until it is released, the machine id is held under a claim nobody renews.
-            if store
-                .release(&self.holder, machine_id, token, watermark_ms)
+            let holder = self.holder.clone();
+            if self
+                .store()
+                .release(&holder, machine_id, token, watermark_ms)
                 .is_err()
             {
                 return;
             }
             self.pending_release = None;
         }
-        match store.readiness() {
+        let readiness = self.store().readiness();
+        match readiness {
             Ok(Readiness::Ready) => {}
             Ok(Readiness::ReadOnly) => {
                 return self.set_problem(
@@ -231,14 +258,15 @@ impl Worker {
                 );
             }
             Ok(Readiness::NoExtension) => {
-                return self.set_problem(
-                    LeaseState::Stopped,
-                    LeaseProblem::NoExtension,
+                let fix = if self.store.is_remote() {
+                    "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql, or CREATE EXTENSION cosid there".to_string()
+                } else {
                     format!(
                         "waiting for the extension: run CREATE EXTENSION cosid in database \"{}\"",
                         self.database
-                    ),
-                );
+                    )
+                };
+                return self.set_problem(LeaseState::Stopped, LeaseProblem::NoExtension, fix);
             }
             Err(why) => {
                 return self.set_problem(
@@ -252,7 +280,10 @@ impl Worker {
         let token = shmem::random_u64();
         let sent_ms = boottime_ms();
         let watermark_ms = timing.watermark_ms(unix_ms_now());
-        let outcome = store.claim(&self.holder, timing.safe_guard_ms, token, watermark_ms);
+        let holder = self.holder.clone();
+        let outcome = self
+            .store()
+            .claim(&holder, timing.safe_guard_ms, token, watermark_ms);
         let (machine_id, how, previous_watermark_ms, expires_at_ms, store_now_ms) = match outcome {
             Ok(ClaimOutcome::Claimed {
                 machine_id,
@@ -327,8 +358,9 @@ impl Worker {
             WatermarkWait::Wait { ms } => sleep_unless_shutdown(ms),
             WatermarkWait::TooFarAhead { ahead_ms } => {
                 // Give the machine id back as it was: nothing was issued under this claim.
-                if store
-                    .release(&self.holder, machine_id, token, previous_watermark_ms)
+                if self
+                    .store()
+                    .release(&holder, machine_id, token, previous_watermark_ms)
                     .is_err()
                 {
                     self.pending_release = Some((machine_id, token, previous_watermark_ms));
@@ -344,7 +376,9 @@ impl Worker {
             }
         }
         if shutdown_requested() {
-            let _ = store.release(&self.holder, machine_id, token, previous_watermark_ms);
+            let _ = self
+                .store()
+                .release(&holder, machine_id, token, previous_watermark_ms);
             return;
         }
         // Reopening the machine id this generator last used must not lower its floor (a store
@@ -425,14 +459,15 @@ impl Worker {
         let sent_ms = boottime_ms();
         self.next_renewal_ms = sent_ms + timing.guarder_delay_ms;
         let watermark_ms = timing.watermark_ms(unix_ms_now());
-        let store = self.store();
-        match store.renew(
-            &self.holder,
+        let holder = self.holder.clone();
+        let renewed = self.store().renew(
+            &holder,
             machine_id,
             token,
             timing.safe_guard_ms,
             watermark_ms,
-        ) {
+        );
+        match renewed {
             Ok(Some(renewed)) => {
                 let lease = &self.slot.lease;
                 lease.set_renewed(renewed.store_now_ms, renewed.expires_at_ms, watermark_ms);
@@ -516,7 +551,8 @@ impl Worker {
             if self.holder.stable {
                 self.write_state_file(0);
             }
-            match self.store().release(&self.holder, machine_id, token, last_ms) {
+            let holder = self.holder.clone();
+            match self.store().release(&holder, machine_id, token, last_ms) {
                 Ok(true) => log!(
                     "cosid: released machine id {machine_id} in namespace \"{}\" with watermark {}",
                     self.holder.namespace,

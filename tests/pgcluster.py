@@ -197,11 +197,15 @@ def parse_error(stderr):
 
 
 def free_port(preferred):
-    """`preferred`, unless something already listens there; then the next free one."""
+    """`preferred`, unless it cannot be bound on loopback; then the next port that can. Tests use
+    ports below the kernel's ephemeral range (32768 and up), where client connections would
+    otherwise take them."""
     import socket
     port = preferred
     while True:
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) != 0:
+            try:
+                probe.bind(("127.0.0.1", port))
                 return port
-        port += 1
+            except OSError:
+                port += 1

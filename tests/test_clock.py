@@ -17,7 +17,7 @@ LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 class ClockFaults(unittest.TestCase):
     def setUp(self):
         self.assertTrue(LIBFAKETIME.exists(), "libfaketime is missing: run scripts/setup.sh")
-        self.cluster = Cluster(self.id().rsplit(".", 1)[-1][:40], free_port(55160),
+        self.cluster = Cluster(self.id().rsplit(".", 1)[-1][:40], free_port(25160),
                                dict(FAST_LEASES))
         self.cluster.init()
         self.offset_file = self.cluster.base / "faketime"

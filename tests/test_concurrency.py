@@ -22,7 +22,7 @@ def machine_of(value):
 class Concurrency(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.cluster = Cluster("concurrency", free_port(55130),
+        cls.cluster = Cluster("concurrency", free_port(25130),
                               {"cosid.distributor": "manual",
                                                        "cosid.machine_id": MACHINE_ID}).init()
         cls.cluster.start()

@@ -86,7 +86,7 @@ class Leases(unittest.TestCase):
         return cluster
 
     def test_start_claims_and_clean_shutdown_releases_with_exact_watermark(self):
-        cluster = self.track(lease_cluster("lease-release", 55140))
+        cluster = self.track(lease_cluster("lease-release", 25140))
         cluster.query("CREATE EXTENSION cosid")
         first = wait_up(cluster)
         machine_id = int(first["machine_id"])
@@ -117,7 +117,7 @@ class Leases(unittest.TestCase):
         self.assertGreater(later, max(ids))
 
     def test_stable_instance_gets_its_machine_id_back(self):
-        cluster = self.track(lease_cluster("lease-stable", 55141, **{
+        cluster = self.track(lease_cluster("lease-stable", 25141, **{
             "cosid.stable": "on", "cosid.instance_id": "'orders-db-a'"}))
         cluster.query("CREATE EXTENSION cosid")
         first = wait_up(cluster)
@@ -138,7 +138,7 @@ class Leases(unittest.TestCase):
             f"WHERE machine_id = {first['machine_id']}")[0], ["claimed", "orders-db-a"])
 
     def test_concurrent_claims_get_distinct_machine_ids_and_exhaustion(self):
-        cluster = self.track(Cluster("lease-race", free_port(55142),
+        cluster = self.track(Cluster("lease-race", free_port(25142),
                                      {"cosid.distributor": "manual"}).init())
         cluster.start()
         cluster.query("CREATE EXTENSION cosid")
@@ -159,7 +159,7 @@ class Leases(unittest.TestCase):
         self.assertEqual([r[0] for r in results].count("exhausted"), 4)
 
     def test_same_identity_cannot_take_over_a_live_claim(self):
-        cluster = self.track(Cluster("lease-identity", free_port(55155),
+        cluster = self.track(Cluster("lease-identity", free_port(25155),
                                      {"cosid.distributor": "manual"}).init())
         cluster.start()
         cluster.query("CREATE EXTENSION cosid")
@@ -176,7 +176,7 @@ class Leases(unittest.TestCase):
             "SELECT count(*) FROM cosid.lease_renew('cosid', 0, 'twin', 'first', 1500, 0)"), "0")
 
     def test_no_machine_id_left_gives_53400(self):
-        cluster = self.track(lease_cluster("lease-full", 55143, **{
+        cluster = self.track(lease_cluster("lease-full", 25143, **{
             "cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}))
         # Both machine ids are taken before the worker can see the extension.
         cluster.query("BEGIN; CREATE EXTENSION cosid; "
@@ -191,7 +191,7 @@ class Leases(unittest.TestCase):
         self.assertIn("All 2 machine ids of 1 machine bits", refused.exception.stderr)
 
     def test_expired_lease_is_taken_only_after_it_expires_by_the_store_clock(self):
-        cluster = self.track(lease_cluster("lease-expiry", 55144, **{
+        cluster = self.track(lease_cluster("lease-expiry", 25144, **{
             "cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.sequence_bits": 12}))
         cluster.query("BEGIN; CREATE EXTENSION cosid; "
                       "SELECT cosid.lease_claim('cosid', 0, 'ghost', false, 3000, 'tg', 0); "
@@ -211,7 +211,7 @@ class Leases(unittest.TestCase):
     def test_stolen_lease_fails_fast_then_recovers_under_a_new_lease(self):
         # Two machine ids: ours, and one another instance holds, so that after the theft there
         # is nothing to claim until that one is released.
-        cluster = self.track(lease_cluster("lease-stolen", 55145, **{
+        cluster = self.track(lease_cluster("lease-stolen", 25145, **{
             "cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}))
         cluster.query("CREATE EXTENSION cosid")
         machine_id = int(wait_up(cluster)["machine_id"])
@@ -235,7 +235,7 @@ class Leases(unittest.TestCase):
         self.assertEqual(machine_of(recovered, mask=0x1), 1 - machine_id)
 
     def test_blocked_renewal_stops_generation_by_the_deadline_and_resumes(self):
-        cluster = self.track(lease_cluster("lease-locked", 55146))
+        cluster = self.track(lease_cluster("lease-locked", 25146))
         cluster.query("CREATE EXTENSION cosid")
         wait_up(cluster)
         time.sleep(1)
@@ -269,7 +269,7 @@ class Leases(unittest.TestCase):
         self.assertEqual(status(cluster)["state"], "UP")
 
     def test_watermark_ahead_of_the_clock_is_given_back_then_waited_for(self):
-        cluster = self.track(lease_cluster("lease-watermark", 55152))
+        cluster = self.track(lease_cluster("lease-watermark", 25152))
         cluster.query("CREATE EXTENSION cosid")
         machine_id = int(wait_up(cluster)["machine_id"])
         before = int(cluster.query("SELECT cosid_next()"))
@@ -303,7 +303,7 @@ class Leases(unittest.TestCase):
         self.assertGreater(after, before)
 
     def test_slow_store_call_is_cut_by_the_statement_timeout(self):
-        cluster = self.track(lease_cluster("lease-slow", 55156))
+        cluster = self.track(lease_cluster("lease-slow", 25156))
         cluster.query("CREATE EXTENSION cosid")
         wait_up(cluster)
         # Every renewal now takes a minute, unless the worker's own timeout cuts it.
@@ -344,7 +344,7 @@ class Leases(unittest.TestCase):
         return load.sessions, crashed_at
 
     def test_postmaster_kill9_while_generating_leaves_no_duplicates(self):
-        cluster = self.track(lease_cluster("lease-kill9", 55147))
+        cluster = self.track(lease_cluster("lease-kill9", 25147))
         cluster.query("CREATE EXTENSION cosid")
         before = int(wait_up(cluster)["machine_id"])
         sessions, crashed_at = self.crash_and_restart_while_generating(cluster)
@@ -357,7 +357,7 @@ class Leases(unittest.TestCase):
         print(f"\n  {total} ids across a server kill -9 and restart, 0 duplicates", end=" ")
 
     def test_stable_instance_honours_its_state_file_after_kill9(self):
-        cluster = self.track(lease_cluster("lease-kill9-stable", 55148, **{
+        cluster = self.track(lease_cluster("lease-kill9-stable", 25148, **{
             "cosid.stable": "on", "cosid.instance_id": "'orders-db-s'",
             "cosid.local_state_interval": "'200ms'"}))
         cluster.query("CREATE EXTENSION cosid")
@@ -373,7 +373,7 @@ class Leases(unittest.TestCase):
         self.assertIn("waiting for it to expire", cluster.log())
 
     def test_backend_crash_rebuilds_the_lease_from_the_store(self):
-        cluster = self.track(lease_cluster("lease-backend-crash", 55153))
+        cluster = self.track(lease_cluster("lease-backend-crash", 25153))
         cluster.query("CREATE EXTENSION cosid")
         first = wait_up(cluster)
         before = [int(v) for v in cluster.query(
@@ -396,7 +396,7 @@ class Leases(unittest.TestCase):
         self.assertFalse(set(before) & set(after))
 
     def test_fail_fast_off_keeps_generating_past_the_deadline(self):
-        cluster = self.track(lease_cluster("lease-no-fail-fast", 55154,
+        cluster = self.track(lease_cluster("lease-no-fail-fast", 25154,
                                            **{"cosid.fail_fast": "off"}))
         cluster.query("CREATE EXTENSION cosid")
         wait_up(cluster)
@@ -415,7 +415,7 @@ class Leases(unittest.TestCase):
         locker.stdout.close()
 
     def test_worker_waits_for_the_extension_and_logs_it_once(self):
-        cluster = self.track(lease_cluster("lease-noext", 55149))
+        cluster = self.track(lease_cluster("lease-noext", 25149))
         time.sleep(2.5)
         self.assertEqual(cluster.log().count("run CREATE EXTENSION cosid in database"), 1)
         cluster.query("CREATE EXTENSION cosid")
@@ -423,10 +423,10 @@ class Leases(unittest.TestCase):
         self.assertIsNotNone(try_next(cluster)[0])
 
     def test_hot_standby_refuses_then_promotion_leases_without_restart(self):
-        primary = self.track(lease_cluster("lease-primary", 55150))
+        primary = self.track(lease_cluster("lease-primary", 25150))
         primary.query("CREATE EXTENSION cosid")
         primary_machine = int(wait_up(primary)["machine_id"])
-        standby = self.track(Cluster("lease-standby", free_port(55151), dict(FAST_LEASES)))
+        standby = self.track(Cluster("lease-standby", free_port(25151), dict(FAST_LEASES)))
         if standby.base.exists():
             standby.stop(check=False)
             subprocess.run(["rm", "-rf", str(standby.base)], check=True)

@@ -12,7 +12,7 @@ LAYOUT_RANGE = "Ids of this layout cover"
 class Settings(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.cluster = Cluster("settings", free_port(55120)).init()
+        cls.cluster = Cluster("settings", free_port(25120)).init()
 
     def tearDown(self):
         self.cluster.stop(check=False)

@@ -35,11 +35,11 @@ class SqlSurface(unittest.TestCase):
             cluster.stop()
 
     def test_preloaded_server(self):
-        self.run_golden("surface", "regress-preloaded", 55110, settings={"cosid.distributor": "manual",
+        self.run_golden("surface", "regress-preloaded", 25110, settings={"cosid.distributor": "manual",
                                                                "cosid.machine_id": 5})
 
     def test_server_without_preload(self):
-        self.run_golden("not_preloaded", "regress-not-preloaded", 55111, preload=False)
+        self.run_golden("not_preloaded", "regress-not-preloaded", 25111, preload=False)
 
 
 if __name__ == "__main__":

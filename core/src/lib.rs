@@ -4,6 +4,7 @@
 //! (`src/` at the top of the repository) wraps these for SQL; everything here is unit-tested on its
 //! own with `cargo test -p cosid-core`.
 
+pub mod conninfo;
 pub mod distributor;
 pub mod generator;
 pub mod layout;

@@ -1,0 +1,389 @@
+//! The lease store in another PostgreSQL database (`cosid.lease_store`), shared by a fleet of
+//! servers: the protocol of `sql/lease_store.sql`, called over libpq's protocol with
+//! tokio-postgres, from the worker's own thread on a single-threaded runtime.
+//!
+//! Nothing here touches PostgreSQL's own functions: pgrx allows that from one thread only, and
+//! the worker calls this module from that thread. Every call is bounded: a connect timeout, TCP
+//! keepalives and a TCP user timeout, a statement and lock timeout in the store's session, and a
+//! client-side timeout around every round trip, so that an unreachable or silent store never
+//! hangs the worker. A failed or timed-out connection is dropped and made again on the next call.
+//! The password (in the connection string, a passfile or `PGPASSWORD`) never appears in a message.
+
+use crate::conninfo::{parse_key_values, split_passfile_line};
+use crate::lease_store::{token_text, ClaimOutcome, Holder, Readiness, Renewed};
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use postgres_openssl::MakeTlsConnector;
+use std::time::Duration;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Row};
+
+/// How the server's certificate is checked, from `sslmode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TlsCheck {
+    /// `disable`, `allow`, `prefer` without a certificate check; the connection may be plain.
+    None,
+    /// `require`: encrypted, certificate not checked.
+    Encrypt,
+    /// `verify-ca`: the certificate must chain to `sslrootcert`.
+    VerifyCa,
+    /// `verify-full`: and name the host.
+    VerifyFull,
+}
+
+/// The parts of a libpq connection string that tokio-postgres does not take, taken out.
+#[derive(Debug)]
+struct ConnInfo {
+    config: Config,
+    tls: TlsCheck,
+    root_cert: Option<String>,
+}
+
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+impl ConnInfo {
+    fn parse(text: &str) -> Result<ConnInfo, String> {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Err(
+                "use the key=value form (host=... dbname=... user=...), not a URL".to_string(),
+            );
+        }
+        let mut kept = Vec::new();
+        let mut tls = TlsCheck::None;
+        let mut root_cert = None;
+        let mut passfile = None;
+        for (key, value) in parse_key_values(text)? {
+            match key.as_str() {
+                "sslmode" => {
+                    tls = match value.as_str() {
+                        "disable" | "allow" | "prefer" => TlsCheck::None,
+                        "require" => TlsCheck::Encrypt,
+                        "verify-ca" => TlsCheck::VerifyCa,
+                        "verify-full" => TlsCheck::VerifyFull,
+                        other => return Err(format!("sslmode \"{other}\" is not one of disable, allow, prefer, require, verify-ca, verify-full")),
+                    };
+                    let mode = if matches!(value.as_str(), "disable") {
+                        "disable"
+                    } else if tls == TlsCheck::None {
+                        "prefer"
+                    } else {
+                        "require"
+                    };
+                    kept.push(format!("sslmode={mode}"));
+                }
+                "sslrootcert" => root_cert = Some(value),
+                "passfile" => passfile = Some(value),
+                _ => kept.push(format!("{key}={}", quote(&value))),
+            }
+        }
+        let mut config: Config = kept
+            .join(" ")
+            .parse()
+            .map_err(|e: tokio_postgres::Error| e.to_string())?;
+        if matches!(tls, TlsCheck::VerifyCa | TlsCheck::VerifyFull) && root_cert.is_none() {
+            return Err(
+                "sslmode verify-ca and verify-full need sslrootcert, the certificate of the \
+                 authority that signed the store's certificate"
+                    .to_string(),
+            );
+        }
+        if config.get_password().is_none() {
+            if let Some(password) = password_from_environment(&config, passfile.as_deref()) {
+                config.password(password);
+            }
+        }
+        Ok(ConnInfo {
+            config,
+            tls,
+            root_cert,
+        })
+    }
+}
+
+/// `PGPASSWORD`, or the first matching line of the passfile (`passfile`, `PGPASSFILE` or
+/// `~/.pgpass`): `host:port:database:user:password`, `*` matching anything.
+fn password_from_environment(config: &Config, passfile: Option<&str>) -> Option<Vec<u8>> {
+    if let Ok(password) = std::env::var("PGPASSWORD") {
+        return Some(password.into_bytes());
+    }
+    let path = passfile
+        .map(str::to_string)
+        .or_else(|| std::env::var("PGPASSFILE").ok())
+        .or_else(|| {
+            std::env::var("HOME")
+                .ok()
+                .map(|home| format!("{home}/.pgpass"))
+        })?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        _ => "localhost".to_string(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = config.get_user().unwrap_or("postgres").to_string();
+    let database = config.get_dbname().unwrap_or(&user).to_string();
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let fields = split_passfile_line(line);
+        if fields.len() != 5 {
+            continue;
+        }
+        let matches = |field: &str, value: &str| field == "*" || field == value;
+        if matches(&fields[0], &host)
+            && matches(&fields[1], &port)
+            && matches(&fields[2], &database)
+            && matches(&fields[3], &user)
+        {
+            return Some(fields[4].clone().into_bytes());
+        }
+    }
+    None
+}
+
+pub struct RemoteStore {
+    runtime: tokio::runtime::Runtime,
+    conninfo: ConnInfo,
+    client: Option<Client>,
+    pub timeout: Duration,
+}
+
+impl RemoteStore {
+    /// Checks the connection string; connects on the first call.
+    pub fn new(conninfo: &str) -> Result<RemoteStore, String> {
+        let mut conninfo = ConnInfo::parse(conninfo)?;
+        let config = &mut conninfo.config;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(5));
+        config.keepalives_interval(Duration::from_secs(2));
+        config.keepalives_retries(3);
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(Duration::from_secs(10));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("cosid lease worker");
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot start the store client: {e}"))?;
+        Ok(RemoteStore {
+            runtime,
+            conninfo,
+            client: None,
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    fn tls_connector(&self) -> Result<MakeTlsConnector, String> {
+        let mut builder = SslConnector::builder(SslMethod::tls_client())
+            .map_err(|e| format!("cannot set up TLS: {e}"))?;
+        match self.conninfo.tls {
+            TlsCheck::None | TlsCheck::Encrypt => builder.set_verify(SslVerifyMode::NONE),
+            TlsCheck::VerifyCa | TlsCheck::VerifyFull => {
+                let path = self.conninfo.root_cert.as_deref().unwrap_or_default();
+                builder
+                    .set_ca_file(path)
+                    .map_err(|e| format!("cannot read sslrootcert \"{path}\": {e}"))?;
+                builder.set_verify(SslVerifyMode::PEER);
+            }
+        }
+        let mut connector = MakeTlsConnector::new(builder.build());
+        if self.conninfo.tls != TlsCheck::VerifyFull {
+            connector.set_callback(|config, _| {
+                config.set_verify_hostname(false);
+                Ok(())
+            });
+        }
+        Ok(connector)
+    }
+
+    fn connect(&mut self) -> Result<(), String> {
+        let limit = self.conninfo.config.get_connect_timeout().copied();
+        let limit = limit.unwrap_or(self.timeout) + Duration::from_secs(1);
+        let session = format!(
+            "SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
+             SET idle_in_transaction_session_timeout = {ms}; \
+             SET default_transaction_isolation = 'read committed'",
+            ms = self.timeout.as_millis().max(1)
+        );
+        let client = if self.conninfo.tls == TlsCheck::None
+            && self.conninfo.config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable
+        {
+            let connecting = self.conninfo.config.connect(NoTls);
+            let (client, connection) = self
+                .runtime
+                .block_on(async { tokio::time::timeout(limit, connecting).await })
+                .map_err(|_| "the lease store did not answer the connection in time".to_string())?
+                .map_err(describe)?;
+            self.runtime.spawn(async move {
+                let _ = connection.await;
+            });
+            client
+        } else {
+            let tls = self.tls_connector()?;
+            let connecting = self.conninfo.config.connect(tls);
+            let (client, connection) = self
+                .runtime
+                .block_on(async { tokio::time::timeout(limit, connecting).await })
+                .map_err(|_| "the lease store did not answer the connection in time".to_string())?
+                .map_err(describe)?;
+            self.runtime.spawn(async move {
+                let _ = connection.await;
+            });
+            client
+        };
+        let timeout = self.timeout;
+        self.runtime
+            .block_on(async { tokio::time::timeout(timeout, client.batch_execute(&session)).await })
+            .map_err(|_| "the lease store did not answer in time".to_string())?
+            .map_err(describe)?;
+        self.client = Some(client);
+        Ok(())
+    }
+
+    fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, String> {
+        if self.client.is_none() {
+            self.connect()?;
+        }
+        let client = self.client.as_ref().expect("connected above");
+        let timeout = self.timeout;
+        let result = self
+            .runtime
+            .block_on(async { tokio::time::timeout(timeout, client.query(sql, params)).await });
+        match result {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(error)) => {
+                if error.is_closed() || error.as_db_error().is_none() {
+                    self.client = None;
+                }
+                Err(describe(error))
+            }
+            Err(_) => {
+                // The connection may be stuck: start again with a new one.
+                self.client = None;
+                Err(format!(
+                    "the lease store did not answer within {} ms",
+                    timeout.as_millis()
+                ))
+            }
+        }
+    }
+
+    pub fn readiness(&mut self) -> Result<Readiness, String> {
+        let rows = self.query(
+            "SELECT to_regprocedure('cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)') IS NOT NULL",
+            &[],
+        )?;
+        Ok(
+            if rows.first().map(|row| row.get::<_, bool>(0)) == Some(true) {
+                Readiness::Ready
+            } else {
+                Readiness::NoExtension
+            },
+        )
+    }
+
+    pub fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, String> {
+        let rows = self.query(
+            "SELECT outcome, machine_id, previous_watermark_ms, \
+                    (extract(epoch FROM expires_at) * 1000)::bigint, \
+                    (extract(epoch FROM store_now) * 1000)::bigint \
+               FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &holder.namespace,
+                &(holder.machine_bits as i32),
+                &holder.instance_id,
+                &holder.stable,
+                &(safe_guard_ms as i64),
+                &token_text(token),
+                &watermark_ms,
+            ],
+        )?;
+        let row = rows.first().ok_or("the claim returned no row")?;
+        let outcome: String = row.get(0);
+        let machine_id: Option<i32> = row.get(1);
+        let previous: Option<i64> = row.get(2);
+        let expires: Option<i64> = row.get(3);
+        let now: Option<i64> = row.get(4);
+        Ok(ClaimOutcome::from_row(
+            &outcome,
+            machine_id,
+            previous.unwrap_or(0),
+            expires.unwrap_or(0),
+            now.unwrap_or(0),
+        ))
+    }
+
+    pub fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+    ) -> Result<Option<Renewed>, String> {
+        let rows = self.query(
+            "SELECT (extract(epoch FROM expires_at) * 1000)::bigint, \
+                    (extract(epoch FROM store_now) * 1000)::bigint \
+               FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)",
+            &[
+                &holder.namespace,
+                &(machine_id as i32),
+                &holder.instance_id,
+                &token_text(token),
+                &(safe_guard_ms as i64),
+                &watermark_ms,
+            ],
+        )?;
+        Ok(rows.first().map(|row| Renewed {
+            expires_at_ms: row.get(0),
+            store_now_ms: row.get(1),
+        }))
+    }
+
+    pub fn release(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, String> {
+        let rows = self.query(
+            "SELECT cosid.lease_release($1, $2, $3, $4, $5)",
+            &[
+                &holder.namespace,
+                &(machine_id as i32),
+                &holder.instance_id,
+                &token_text(token),
+                &watermark_ms,
+            ],
+        )?;
+        Ok(rows.first().map(|row| row.get::<_, bool>(0)) == Some(true))
+    }
+}
+
+/// An error's message without the connection string (and so without any password).
+fn describe(error: tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => error.to_string(),
+    }
+}
