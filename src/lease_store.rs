@@ -313,7 +313,7 @@ impl LocalStore {
 /// The worker's lease store: its own database through SPI, or a shared one over the network.
 pub enum Store {
     Local(LocalStore),
-    Remote(crate::remote_store::RemoteStore),
+    Remote(Box<crate::remote_store::RemoteStore>),
 }
 
 impl Store {

@@ -47,7 +47,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     };
     let store = match &lease_settings.lease_store {
         Some(conninfo) => match RemoteStore::new(conninfo) {
-            Ok(store) => Store::Remote(store),
+            Ok(store) => Store::Remote(Box::new(store)),
             Err(why) => {
                 warning!("cosid: cannot use cosid.lease_store: {why}");
                 // SAFETY: see below; the worker is started again after its restart time.
