@@ -30,7 +30,7 @@ lint:
 	cargo clippy --release --all-targets -- -D warnings
 
 integration-test: install
-	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_clock
+	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_clock test_fleet
 
 bench: install
 	python3 bench/bench.py

@@ -380,10 +380,21 @@ impl RemoteStore {
     }
 }
 
-/// An error's message without the connection string (and so without any password).
+/// An error's message and its causes (a TLS failure says why), without the connection string
+/// and so without any password.
 fn describe(error: tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => error.to_string(),
+    if let Some(db) = error.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
     }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -1,0 +1,148 @@
+"""A fleet on loopback: one lease store (a plain PostgreSQL without cosid, the protocol installed
+with `psql -f sql/lease_store.sql`, as on a managed service) and several cosid servers that
+lease from it, each through a TCP proxy of its own that can delay, blackhole or reset its
+connections to the store."""
+
+import os
+import select
+import socket
+import subprocess
+import threading
+import time
+
+from pgcluster import ROOT, Cluster, chown_to_postgres, free_port
+
+FLEET_ROLE = "cosid_fleet"
+FLEET_PASSWORD = "fleet-secret-9f3k"
+LEASE_SQL = ROOT / "sql" / "lease_store.sql"
+
+
+class Proxy:
+    """A TCP proxy on loopback. Modes: pass (forward), delay (forward after a pause), blackhole
+    (accept and keep connections, forward nothing, answer nothing), reset (close at once)."""
+
+    def __init__(self, target_port):
+        self.target_port = target_port
+        self.mode = "pass"
+        self.delay_s = 0.0
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.port = free_port(26000)
+        self.listener.bind(("127.0.0.1", self.port))
+        self.listener.listen(64)
+        self.connections = []
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def set_mode(self, mode, delay_s=0.0):
+        """Changes what happens to new and existing connections."""
+        self.mode, self.delay_s = mode, delay_s
+        if mode in ("reset", "blackhole"):
+            with self.lock:
+                connections, self.connections = self.connections, []
+            for pair in connections:
+                for sock in pair:
+                    if mode == "reset":
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                        b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    try:
+                        sock.close()
+                    except OSError:
+                        pass
+
+    def accept_loop(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.mode == "reset":
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                  b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                client.close()
+                continue
+            if self.mode == "blackhole":
+                with self.lock:
+                    self.connections.append((client,))
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.connections.append((client, upstream))
+            threading.Thread(target=self.pump, args=(client, upstream), daemon=True).start()
+
+    def pump(self, client, upstream):
+        sockets = [client, upstream]
+        try:
+            while True:
+                readable, _, _ = select.select(sockets, [], [], 0.2)
+                if self.mode == "blackhole":
+                    time.sleep(0.1)
+                    continue
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        raise OSError("closed")
+                    if self.mode == "delay":
+                        time.sleep(self.delay_s)
+                    (upstream if sock is client else client).sendall(data)
+        except (OSError, ValueError):
+            for sock in sockets:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+        self.set_mode("reset")
+
+
+def start_store(name, port, settings=None):
+    """A plain PostgreSQL (cosid not preloaded) holding the lease protocol, with a role that
+    logs in with a password."""
+    store = Cluster(name, free_port(port), dict(settings or {}), preload=False).init()
+    hba = store.data / "pg_hba.conf"
+    hba.write_text(
+        f"host all {FLEET_ROLE} 127.0.0.1/32 scram-sha-256\n"
+        "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+        "host replication all 127.0.0.1/32 trust\n")
+    chown_to_postgres(store.data)
+    store.start()
+    subprocess.run(store.psql_command("postgres", "-q", "-v", "ON_ERROR_STOP=1", "-f",
+                                      str(LEASE_SQL)), check=True)
+    store.query(f"""
+        CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}';
+        GRANT USAGE ON SCHEMA cosid TO {FLEET_ROLE};
+        GRANT SELECT, INSERT, UPDATE ON cosid.machine_lease TO {FLEET_ROLE};
+        GRANT EXECUTE ON FUNCTION
+            cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
+            cosid.lease_renew(text, integer, text, text, bigint, bigint),
+            cosid.lease_release(text, integer, text, text, bigint) TO {FLEET_ROLE};""")
+    return store
+
+
+def write_passfile(directory, port):
+    path = directory / "store.pgpass"
+    path.write_text(f"127.0.0.1:{port}:postgres:{FLEET_ROLE}:{FLEET_PASSWORD}\n")
+    chown_to_postgres(directory)
+    os.chmod(path, 0o600)
+    return path
+
+
+def fleet_server(name, port, store_port, extra=None, via=None, conninfo_extra=""):
+    """A cosid server leasing from the store (through a proxy, when given), its password in a
+    passfile."""
+    server = Cluster(name, free_port(port), {}).init()
+    target = via.port if via else store_port
+    passfile = write_passfile(server.base, target)
+    conninfo = (f"host=127.0.0.1 port={target} dbname=postgres user={FLEET_ROLE} "
+                f"passfile={passfile} connect_timeout=2 {conninfo_extra}").strip()
+    server.settings = {"cosid.lease_store": f"'{conninfo}'", **(extra or {})}
+    server.write_settings()
+    return server

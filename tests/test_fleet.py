@@ -1,0 +1,167 @@
+"""A fleet sharing one lease store: a plain PostgreSQL holding the protocol from
+`psql -f sql/lease_store.sql`, and cosid servers that lease from it over the network with a
+password from a passfile. Distinct machine ids, no duplicates across servers, the store going
+away and coming back, TLS with certificate checks, standbys, and a clone carrying the same stable
+identity."""
+
+import subprocess
+import time
+import unittest
+
+from clients import concurrent_sessions, copy_ids, duplicates, run_session
+from fleet import FLEET_PASSWORD, fleet_server, start_store
+from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres, free_port
+from test_lease import (DEADLINE_S, FAST_LEASES, machine_of, status, try_next, wait_for,
+                        wait_up)
+
+
+class Fleet(unittest.TestCase):
+    def setUp(self):
+        self.clusters = []
+
+    def tearDown(self):
+        for cluster in reversed(self.clusters):
+            cluster.stop(mode="immediate", check=False)
+
+    def track(self, cluster):
+        self.clusters.append(cluster)
+        return cluster
+
+    def store(self, **settings):
+        return self.track(start_store("fleet-store", 25200, settings))
+
+    def server(self, name, store, **extra):
+        conninfo_extra = extra.pop("conninfo_extra", "")
+        server = self.track(fleet_server(name, 25210, store.port,
+                                         {**FAST_LEASES, **extra},
+                                         conninfo_extra=conninfo_extra))
+        server.start()
+        server.query("CREATE EXTENSION cosid")
+        return server
+
+    def test_three_servers_lease_distinct_ids_and_never_duplicate(self):
+        store = self.store()
+        servers = [self.server(f"fleet-{i}", store) for i in range(3)]
+        ids = {s.name: int(wait_up(s)["machine_id"]) for s in servers}
+        self.assertEqual(len(set(ids.values())), 3, ids)
+        sessions = []
+        for server in servers:
+            sessions += concurrent_sessions(server, 3, [copy_ids(20_000)] * 3)
+        self.assertTrue(all(not s.error for s in sessions))
+        self.assertEqual(duplicates(sessions), 0)
+        held = store.rows("SELECT machine_id, instance_id, status FROM cosid.leases "
+                          "ORDER BY machine_id")
+        self.assertEqual(sorted(int(r[0]) for r in held), sorted(ids.values()))
+        self.assertEqual({r[2] for r in held}, {"held"})
+        self.assertEqual({r[1] for r in held}, {status(s)["instance_id"] for s in servers})
+        for server in servers:
+            self.assertNotIn(FLEET_PASSWORD, server.log())
+        print(f"\n  3 servers, {sum(len(s.ids) for s in sessions)} ids, 0 duplicates", end=" ")
+
+    def test_store_down_stops_generation_by_the_deadline_then_resumes(self):
+        store = self.store()
+        server = self.server("fleet-down", store)
+        wait_up(server)
+        store.stop(mode="immediate")
+        stopped_at = time.monotonic()
+        down = wait_for(lambda: status(server)["state"] == "DOWN" and status(server), 5,
+                        "DOWN")
+        self.assertTrue(down["last_error"])
+        wait_for(lambda: try_next(server)[1] == "55000", DEADLINE_S + 2, "the deadline")
+        self.assertGreater(time.monotonic() - stopped_at, DEADLINE_S - 1.0)
+        store.start()
+        wait_for(lambda: try_next(server)[0], 10, "generation after the store returns")
+        self.assertEqual(status(server)["state"], "UP")
+
+    def test_tls_with_certificate_checks(self):
+        tls_dir = Cluster("fleet-tls", 1).base.parent / "fleet-tls-certs"
+        tls_dir.mkdir(parents=True, exist_ok=True)
+        make_certificates(tls_dir)
+        chown_to_postgres(tls_dir)
+        store = self.store(ssl="on", ssl_cert_file=f"'{tls_dir / 'server.crt'}'",
+                           ssl_key_file=f"'{tls_dir / 'server.key'}'")
+        good = self.server("fleet-tls-good", store, conninfo_extra=(
+            f"sslmode=verify-full sslrootcert={tls_dir / 'ca.crt'}"))
+        wait_up(good)
+        self.assertEqual(store.query(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            "WHERE a.application_name = 'cosid lease worker' AND s.ssl"), "1")
+        wrong = self.server("fleet-tls-wrong", store, conninfo_extra=(
+            f"sslmode=verify-full sslrootcert={tls_dir / 'other-ca.crt'}"))
+        refused = wait_for(lambda: "certificate" in (status(wrong)["last_error"] or "")
+                           and status(wrong), 10, "the certificate to be refused")
+        self.assertEqual(refused["state"], "CLAIMING")
+        self.assertIsNone(try_next(wrong)[0])
+
+    def test_standby_with_a_shared_store_generates_under_its_own_machine_id(self):
+        store = self.store()
+        primary = self.server("fleet-primary", store)
+        primary_id = int(wait_up(primary)["machine_id"])
+        standby = self.track(clone_as_standby(primary, "fleet-standby", 25230))
+        standby.start()
+        up = wait_up(standby)
+        self.assertEqual(standby.query("SELECT pg_is_in_recovery()"), "t")
+        self.assertNotEqual(int(up["machine_id"]), primary_id)
+        values = [try_next(standby)[0], try_next(primary)[0]]
+        self.assertEqual({machine_of(v) for v in values}, {int(up["machine_id"]), primary_id})
+        subprocess.run(as_postgres([PG_BIN / "pg_ctl", "-D", standby.data, "-w", "promote"]),
+                       check=True, stdout=subprocess.DEVNULL)
+        self.assertEqual(machine_of(try_next(standby)[0]), int(up["machine_id"]))
+
+    def test_clone_with_the_same_stable_identity_is_refused_while_the_original_runs(self):
+        store = self.store()
+        original = self.server("fleet-stable-a", store, **{
+            "cosid.stable": "on", "cosid.instance_id": "'orders-db-1'"})
+        machine_id = int(wait_up(original)["machine_id"])
+        clone = self.track(clone_as_standby(original, "fleet-stable-clone", 25240))
+        clone.start()
+        subprocess.run(as_postgres([PG_BIN / "pg_ctl", "-D", clone.data, "-w", "promote"]),
+                       check=True, stdout=subprocess.DEVNULL)
+        time.sleep(2 * DEADLINE_S)
+        # The original keeps its lease and generates; the clone never generates with it.
+        self.assertEqual(status(original)["state"], "UP")
+        self.assertIn("waiting for it to expire", status(clone)["last_error"] or "")
+        self.assertIsNone(try_next(clone)[0])
+        before = run_session(original, 0, [copy_ids(1000)])
+        # When the original stops (and releases), the clone takes the machine id over.
+        original.stop()
+        wait_up(clone, timeout=10)
+        after = run_session(clone, 1, [copy_ids(1000)])
+        self.assertEqual({machine_of(v) for v in after.ids}, {machine_id})
+        self.assertGreater(min(after.ids), max(before.ids))
+        self.assertEqual(duplicates([before, after]), 0)
+
+
+def clone_as_standby(source, name, port):
+    """A pg_basebackup of `source`, configured as a hot standby on its own port."""
+    clone = Cluster(name, free_port(port), dict(source.settings))
+    if clone.base.exists():
+        clone.stop(check=False)
+        subprocess.run(["rm", "-rf", str(clone.base)], check=True)
+    clone.base.mkdir(parents=True)
+    chown_to_postgres(clone.base)
+    subprocess.run(as_postgres([PG_BIN / "pg_basebackup", "-h", "127.0.0.1", "-p",
+                                str(source.port), "-U", "postgres", "-D", clone.data, "-R",
+                                "-X", "stream"]), check=True)
+    clone.write_settings()
+    return clone
+
+
+def make_certificates(directory):
+    """A CA, a server certificate for localhost signed by it, and an unrelated second CA."""
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            f"/CN=cosid test {ca}", "-keyout", f"{ca}.key", "-out", f"{ca}.crt")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout",
+        "server.key", "-out", "server.csr")
+    (directory / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.crt")
+    (directory / "server.key").chmod(0o600)
+
+
+if __name__ == "__main__":
+    unittest.main()
