@@ -3,7 +3,7 @@ PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 COSID_PORT ?= 5499
 export PG_CONFIG COSID_PORT
 
-.PHONY: setup install run stop test unit-test lint integration-test bench
+.PHONY: setup install run stop test unit-test lint integration-test test-faults bench
 
 setup:
 	scripts/setup.sh
@@ -30,7 +30,11 @@ lint:
 	cargo clippy --release --all-targets -- -D warnings
 
 integration-test: install
-	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_clock test_fleet
+	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_clock test_fleet test_faults test_load
+
+# The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
+test-faults: install
+	cd tests && COSID_FAULT_ROUNDS=$${COSID_FAULT_ROUNDS:-20} python3 -m unittest -v test_faults test_load
 
 bench: install
 	python3 bench/bench.py

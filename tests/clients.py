@@ -1,6 +1,7 @@
 """Clients that generate ids through real backends, record every id they were given, and check
 the uniqueness oracles over everything that was generated."""
 
+import re
 import subprocess
 import threading
 import time
@@ -16,13 +17,23 @@ class Session:
     ids: list = field(default_factory=list)
     error: str = ""
 
+    @property
+    def sqlstate(self):
+        """The SQLSTATE of the error that ended the session, "connection" when the server could
+        not be reached or went away, "" without an error."""
+        if not self.error:
+            return ""
+        found = re.search(r"(?:ERROR|FATAL):\s+([0-9A-Z]{5}):", self.error)
+        return found.group(1) if found else "connection"
+
 
 def run_session(cluster, client, statements):
     """Runs statements that each print ids (COPY ... TO STDOUT) on one connection; returns the
     session with every complete id it printed, even if the connection was lost midway."""
     session = Session(client=client, started=time.monotonic())
     script = "".join(f"{statement};\n" for statement in statements)
-    result = subprocess.run(cluster.psql_command("postgres", "-At", "-v", "ON_ERROR_STOP=1"),
+    result = subprocess.run(cluster.psql_command("postgres", "-At", "-v", "ON_ERROR_STOP=1",
+                                                 "-v", "VERBOSITY=verbose"),
                             input=script, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     session.ended = time.monotonic()

@@ -43,10 +43,10 @@ class Proxy:
                 connections, self.connections = self.connections, []
             for pair in connections:
                 for sock in pair:
-                    if mode == "reset":
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                        b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     try:
+                        if mode == "reset":
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                            b"\x01\x00\x00\x00\x00\x00\x00\x00")
                         sock.close()
                     except OSError:
                         pass

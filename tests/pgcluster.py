@@ -136,8 +136,36 @@ class Cluster:
     def postmaster_pid(self):
         return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
 
-    def kill9_postmaster(self):
-        os.kill(self.postmaster_pid(), signal.SIGKILL)
+    def processes(self):
+        """The postmaster and its children."""
+        postmaster = self.postmaster_pid()
+        return [postmaster] + children_of(postmaster)
+
+    def crash(self):
+        """kill -9 of the postmaster and of every process of the server, like a machine crash;
+        returns once they are gone."""
+        pids = self.processes()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # Gone means reaped: PostgreSQL takes a zombie's pid in postmaster.pid for a live server.
+        deadline = time.monotonic() + 20
+        while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def worker_pid(self):
+        """The pid of the cosid lease worker (it is not in pg_stat_activity when it leases from
+        another server's store, since it then connects to no database)."""
+        for pid in children_of(self.postmaster_pid()):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    if b"cosid lease worker" in cmdline.read():
+                        return pid
+            except OSError:
+                continue
+        return None
 
     def log(self):
         return self.logfile.read_text(errors="replace") if self.logfile.exists() else ""
@@ -181,6 +209,20 @@ class Cluster:
         return [int(pid) for (pid,) in self.rows(
             "SELECT pid FROM pg_stat_activity WHERE query LIKE "
             f"'{like}' AND pid <> pg_backend_pid()")]
+
+
+def children_of(parent):
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                children.append(int(entry))
+    return children
 
 
 def parse_error(stderr):

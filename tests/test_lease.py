@@ -320,22 +320,10 @@ class Leases(unittest.TestCase):
         wait_for(lambda: try_next(cluster)[0], 5, "generation after the store recovers")
         self.assertEqual(status(cluster)["state"], "UP")
 
-    def kill_server(self, cluster):
-        """kill -9 of the postmaster and every process of the server, like a machine crash."""
-        postmaster = cluster.postmaster_pid()
-        children = children_of(postmaster)
-        for pid in [postmaster] + children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 10,
-                 "the server's processes to die")
-
     def crash_and_restart_while_generating(self, cluster):
         with LoopingClients(cluster, clients=4, batch=2_000, batches_per_session=10) as load:
             wait_for(lambda: load.ids_so_far() > 50_000, 20, "ids before the crash")
-            self.kill_server(cluster)
+            cluster.crash()
             crashed_at = time.monotonic()
             cluster.start()
             wait_up(cluster)
@@ -446,20 +434,6 @@ class Leases(unittest.TestCase):
         self.assertNotEqual(int(promoted["machine_id"]), primary_machine,
                             "the promoted standby took the primary's live machine id")
         self.assertIsNotNone(try_next(standby)[0])
-
-
-def children_of(parent):
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == parent:
-                children.append(int(entry))
-    return children
 
 
 def _postgres_ids():

@@ -1,0 +1,286 @@
+"""Fault injection against a fleet: one lease store and three cosid servers on loopback, each
+server reaching the store through a TCP proxy of its own, 1 machine bit (2 machine ids for 3
+servers, so that takeovers happen), a 4 s safe guard and 0.5 s renewals. Clients generate ids
+through every server for the whole run and record every id and every error.
+
+Oracles, over every id any server returned: no duplicates; no ownership conflict (no machine id
+used by two servers in overlapping time windows, by the ids' own timestamps); ids strictly
+increasing per connection; only the expected SQLSTATEs. Each scenario prints a table row.
+
+    python3 -m unittest test_faults              the scenarios, one by one (part of make test)
+    COSID_FAULT_ROUNDS=20 python3 -m unittest test_faults.Faults.test_random_mix
+                                                 a longer randomized mix (make test-faults)
+"""
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import unittest
+from collections import Counter, defaultdict
+
+from clients import LoopingClients, duplicates, sessions_not_increasing
+from fleet import Proxy, fleet_server, start_store
+from test_lease import DEADLINE_S, SAFE_GUARD_S, status, wait_for, wait_up
+
+MACHINE_BITS = 1
+SEQUENCE_BITS = 12
+LAYOUT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": MACHINE_BITS,
+          "cosid.sequence_bits": SEQUENCE_BITS}
+FAST = {"cosid.safe_guard_duration": "'4s'", "cosid.guarder_delay": "'500ms'",
+        "cosid.guarder_initial_delay": "'500ms'"}
+# Refusals a client may see: no lease (55000), no machine id left (53400), and, when a server
+# is killed or restarted, a lost connection.
+EXPECTED = {"55000", "53400", "connection"}
+EPOCH_MS = 1_577_203_200_000
+RESULTS = []
+
+
+def decode(value):
+    machine = (value >> SEQUENCE_BITS) & ((1 << MACHINE_BITS) - 1)
+    return machine, (value >> (SEQUENCE_BITS + MACHINE_BITS)) + EPOCH_MS
+
+
+def ownership_conflicts(sessions_by_server):
+    """Pairs of servers whose ids with one machine id overlap in time."""
+    windows = defaultdict(list)
+    for server, sessions in sessions_by_server.items():
+        # A server can hold a machine id several times; each session is one stretch.
+        for session in sessions:
+            for machine, group in _by_machine(session.ids).items():
+                windows[machine].append((min(group), max(group), server))
+    conflicts = 0
+    for machine, spans in windows.items():
+        spans.sort()
+        for i, (start, end, server) in enumerate(spans):
+            for other_start, _, other_server in spans[i + 1:]:
+                if other_start > end:
+                    break
+                if other_server != server:
+                    conflicts += 1
+    return conflicts
+
+
+def _by_machine(ids):
+    groups = defaultdict(list)
+    for value in ids:
+        machine, ts = decode(value)
+        groups[machine].append(ts)
+    return groups
+
+
+class Faults(unittest.TestCase):
+    @classmethod
+    def tearDownClass(cls):
+        if RESULTS:
+            header = (f"{'scenario':<26}{'ids':>9}{'errors by SQLSTATE':>34}{'dups':>6}"
+                      f"{'confl':>6}{'avail before/during/after':>27}{'silence s':>10}")
+            print("\n" + header)
+            for row in RESULTS:
+                print(row)
+
+    def setUp(self):
+        self.store = start_store("faults-store", 25300, {})
+        self.proxies, self.servers = [], []
+        for index in range(3):
+            proxy = Proxy(self.store.port)
+            server = fleet_server(f"faults-{index}", 25310 + 3 * index, self.store.port,
+                                  {**FAST, **LAYOUT}, via=proxy)
+            server.start()
+            server.query("CREATE EXTENSION cosid")
+            self.proxies.append(proxy)
+            self.servers.append(server)
+        # Two servers hold the two machine ids; the third waits for one.
+        wait_for(lambda: sorted(status(s)["state"] for s in self.servers).count("UP") == 2,
+                 15, "two servers to lease")
+
+    def tearDown(self):
+        for proxy in self.proxies:
+            proxy.close()
+        for server in self.servers:
+            server.stop(mode="immediate", check=False)
+        self.store.stop(mode="immediate", check=False)
+
+    def holders(self):
+        return [s for s in self.servers if status(s)["state"] == "UP"]
+
+    def run_with_load(self, name, fault, heal, during_s):
+        """Generates through every server, injects `fault` after a second, heals it after
+        `during_s`, generates on for a while, and checks the oracles."""
+        loads = {s.name: LoopingClients(s, clients=2, batch=500, batches_per_session=4)
+                 for s in self.servers}
+        for load in loads.values():
+            load.__enter__()
+        try:
+            time.sleep(1.5)
+            fault_at = time.monotonic()
+            fault_wall_ms = time.time() * 1000
+            fault()
+            time.sleep(during_s)
+            heal()
+            healed_at = time.monotonic()
+            time.sleep(SAFE_GUARD_S + 2)
+        finally:
+            for load in loads.values():
+                load.__exit__()
+        sessions = {server: load.sessions for server, load in loads.items()}
+        everything = [s for group in sessions.values() for s in group]
+        errors = Counter(s.sqlstate for s in everything if s.error)
+        dups = duplicates(everything)
+        conflicts = ownership_conflicts(sessions)
+        increasing = sessions_not_increasing(everything)
+        phases = [(0, fault_at), (fault_at, healed_at), (healed_at, float("inf"))]
+        availability = [self.availability(everything, *phase) for phase in phases]
+        recover = self.longest_silence(everything, fault_wall_ms)
+        total = sum(len(s.ids) for s in everything)
+        error_text = ", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none"
+        RESULTS.append(f"{name:<26}{total:>9}{error_text:>34}{dups:>6}{conflicts:>6}"
+                       f"{'/'.join(f'{a:.0%}' for a in availability):>27}"
+                       f"{recover:>10.1f}")
+        self.assertGreater(total, 0)
+        self.assertEqual(dups, 0, f"{name}: duplicate ids")
+        self.assertEqual(conflicts, 0, f"{name}: a machine id used by two servers at once")
+        self.assertEqual(increasing, [], f"{name}: ids not increasing on a connection")
+        self.assertLessEqual(set(errors), EXPECTED, f"{name}: unexpected errors {errors}")
+        return sessions
+
+    @staticmethod
+    def availability(sessions, start, end):
+        started = [s for s in sessions if start <= s.started < end]
+        if not started:
+            return 1.0
+        return sum(1 for s in started if not s.error) / len(started)
+
+    @staticmethod
+    def longest_silence(sessions, since_ms):
+        """Seconds to recover: the longest time, from the fault on, in which a machine id issued
+        no id at all (by whichever server held it)."""
+        stamps = defaultdict(list)
+        for session in sessions:
+            for value in session.ids:
+                machine, ts = decode(value)
+                stamps[machine].append(ts)
+        longest = 0.0
+        for machine, values in stamps.items():
+            later = sorted(ts for ts in values if ts >= since_ms)
+            points = [since_ms] + later
+            gaps = [b - a for a, b in zip(points, points[1:])]
+            longest = max([longest] + [gap / 1000 for gap in gaps])
+        return longest
+
+    def test_partition_longer_than_the_safe_guard(self):
+        victim = self.holders()[0]
+        proxy = self.proxies[self.servers.index(victim)]
+        victim_id = int(status(victim)["machine_id"])
+        sessions = self.run_with_load(
+            "partition (blackhole)", lambda: proxy.set_mode("blackhole"),
+            lambda: proxy.set_mode("pass"), SAFE_GUARD_S + 2)
+        # The waiting server took the partitioned server's machine id over.
+        takers = {name for name, group in sessions.items() if name != victim.name
+                  for s in group for v in s.ids if decode(v)[0] == victim_id}
+        self.assertTrue(takers, "no takeover happened")
+
+    def test_store_connections_reset(self):
+        self.run_with_load("store resets connections",
+                           lambda: [p.set_mode("reset") for p in self.proxies],
+                           lambda: [p.set_mode("pass") for p in self.proxies], 2.0)
+
+    def test_slow_store(self):
+        self.run_with_load("slow store (0.3 s/packet)",
+                           lambda: [p.set_mode("delay", 0.3) for p in self.proxies],
+                           lambda: [p.set_mode("pass") for p in self.proxies], 3.0)
+
+    def test_store_locked(self):
+        locker = {}
+
+        def lock():
+            locker["p"] = subprocess.Popen(
+                self.store.psql_command("postgres", "-v", "ON_ERROR_STOP=1"),
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+            locker["p"].stdin.write("BEGIN; LOCK TABLE cosid.machine_lease; SELECT 1;\n")
+            locker["p"].stdin.flush()
+
+        def unlock():
+            locker["p"].stdin.write("COMMIT;\n")
+            locker["p"].stdin.close()
+            locker["p"].wait()
+
+        self.run_with_load("store locked", lock, unlock, DEADLINE_S + 1)
+
+    def test_store_restarted(self):
+        self.run_with_load("store restarted", lambda: self.store.stop(mode="immediate"),
+                           self.store.start, 2.0)
+
+    def test_worker_stopped_past_its_deadline(self):
+        victim = self.holders()[0]
+        worker = {}
+
+        def stop():
+            worker["pid"] = victim.worker_pid()
+            os.kill(worker["pid"], signal.SIGSTOP)
+
+        self.run_with_load("worker SIGSTOP", stop,
+                           lambda: os.kill(worker["pid"], signal.SIGCONT), SAFE_GUARD_S + 2)
+
+    def test_server_killed_and_restarted(self):
+        victim = self.holders()[0]
+
+        self.run_with_load("server kill -9, restart", victim.crash, victim.start, 1.0)
+
+    def test_servers_with_different_safe_guards(self):
+        # The waiting server uses a far shorter safe guard: expiry still follows the holder's.
+        waiting = [s for s in self.servers if status(s)["state"] != "UP"][0]
+        waiting.settings["cosid.safe_guard_duration"] = "'1s'"
+        waiting.settings["cosid.guarder_delay"] = "'200ms'"
+        waiting.settings["cosid.guarder_initial_delay"] = "'200ms'"
+        waiting.write_settings()
+        waiting.restart()
+        victim = self.holders()[0]
+        proxy = self.proxies[self.servers.index(victim)]
+        self.run_with_load("partition, mixed safe guards", lambda: proxy.set_mode("blackhole"),
+                           lambda: proxy.set_mode("pass"), SAFE_GUARD_S + 2)
+
+    def test_race_for_the_last_machine_id(self):
+        waiting = [s for s in self.servers if status(s)["state"] != "UP"][0]
+        waiting.stop()
+        self.servers.remove(waiting)
+        holder = self.holders()[0]
+        holder.stop()  # releases its machine id: one is free now
+        self.servers.remove(holder)
+        racers = []
+        for index in range(2):
+            proxy = Proxy(self.store.port)
+            self.proxies.append(proxy)
+            racers.append(fleet_server(f"faults-race-{index}", 25330 + 3 * index,
+                                       self.store.port, {**FAST, **LAYOUT}, via=proxy))
+        self.servers += racers
+        threads = [threading.Thread(target=server.start) for server in racers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for server in racers:
+            server.query("CREATE EXTENSION cosid")
+        time.sleep(2)
+        states = sorted(status(server)["state"] for server in racers)
+        self.assertEqual(states.count("UP"), 1, states)
+        self.run_with_load("race for the last id", lambda: None, lambda: None, 1.0)
+
+    def test_random_mix(self):
+        rounds = int(os.environ.get("COSID_FAULT_ROUNDS", "3"))
+        rng = random.Random(int(os.environ.get("COSID_FAULT_SEED", "7")))
+        faults = ["blackhole", "reset", "delay"]
+        for round_number in range(rounds):
+            chosen = rng.choice(faults)
+            targets = rng.sample(self.proxies, rng.randint(1, len(self.proxies)))
+            duration = rng.uniform(0.5, SAFE_GUARD_S + 2)
+            self.run_with_load(
+                f"mix {round_number + 1}: {chosen} x{len(targets)}",
+                lambda: [p.set_mode(chosen, 0.2) for p in targets],
+                lambda: [p.set_mode("pass") for p in targets], duration)
+
+
+if __name__ == "__main__":
+    unittest.main()
