@@ -86,6 +86,16 @@ pub enum Readiness {
     NoExtension,
 }
 
+/// The protocol's calls, as both stores send them: times come back as Unix milliseconds.
+pub const CLAIM_SQL: &str = "SELECT outcome, machine_id, previous_watermark_ms, \
+        (extract(epoch FROM expires_at) * 1000)::bigint, \
+        (extract(epoch FROM store_now) * 1000)::bigint \
+    FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)";
+pub const RENEW_SQL: &str = "SELECT (extract(epoch FROM expires_at) * 1000)::bigint, \
+        (extract(epoch FROM store_now) * 1000)::bigint \
+    FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)";
+pub const RELEASE_SQL: &str = "SELECT cosid.lease_release($1, $2, $3, $4, $5)";
+
 pub fn token_text(token: u64) -> String {
     format!("{token:016x}")
 }
@@ -209,10 +219,7 @@ impl LocalStore {
         in_transaction(self.timeout, move |client| {
             let table = client
                 .update(
-                    "SELECT outcome, machine_id, previous_watermark_ms, \
-                            (extract(epoch FROM expires_at) * 1000)::bigint, \
-                            (extract(epoch FROM store_now) * 1000)::bigint \
-                       FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)",
+                    CLAIM_SQL,
                     None,
                     &[
                         holder.namespace.as_str().into(),
@@ -253,9 +260,7 @@ impl LocalStore {
         in_transaction(self.timeout, move |client| {
             let table = client
                 .update(
-                    "SELECT (extract(epoch FROM expires_at) * 1000)::bigint, \
-                            (extract(epoch FROM store_now) * 1000)::bigint \
-                       FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)",
+                    RENEW_SQL,
                     None,
                     &[
                         holder.namespace.as_str().into(),
@@ -290,7 +295,7 @@ impl LocalStore {
         in_transaction(self.timeout, move |client| {
             let table = client
                 .update(
-                    "SELECT cosid.lease_release($1, $2, $3, $4, $5)",
+                    RELEASE_SQL,
                     None,
                     &[
                         holder.namespace.as_str().into(),

@@ -10,12 +10,15 @@
 //! The password (in the connection string, a passfile or `PGPASSWORD`) never appears in a message.
 
 use crate::conninfo::{parse_key_values, split_passfile_line};
-use crate::lease_store::{token_text, ClaimOutcome, Holder, Readiness, Renewed};
+use crate::lease_store::{
+    token_text, ClaimOutcome, Holder, Readiness, Renewed, CLAIM_SQL, RELEASE_SQL, RENEW_SQL,
+};
 use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::{Client, Config, NoTls, Row, Socket};
 
 /// How the server's certificate is checked, from `sslmode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,28 +224,10 @@ impl RemoteStore {
         let client = if self.conninfo.tls == TlsCheck::None
             && self.conninfo.config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable
         {
-            let connecting = self.conninfo.config.connect(NoTls);
-            let (client, connection) = self
-                .runtime
-                .block_on(async { tokio::time::timeout(limit, connecting).await })
-                .map_err(|_| "the lease store did not answer the connection in time".to_string())?
-                .map_err(describe)?;
-            self.runtime.spawn(async move {
-                let _ = connection.await;
-            });
-            client
+            self.open(NoTls, limit)?
         } else {
             let tls = self.tls_connector()?;
-            let connecting = self.conninfo.config.connect(tls);
-            let (client, connection) = self
-                .runtime
-                .block_on(async { tokio::time::timeout(limit, connecting).await })
-                .map_err(|_| "the lease store did not answer the connection in time".to_string())?
-                .map_err(describe)?;
-            self.runtime.spawn(async move {
-                let _ = connection.await;
-            });
-            client
+            self.open(tls, limit)?
         };
         let timeout = self.timeout;
         self.runtime
@@ -251,6 +236,24 @@ impl RemoteStore {
             .map_err(describe)?;
         self.client = Some(client);
         Ok(())
+    }
+
+    /// Connects within `limit`, and lets the connection run on the runtime.
+    fn open<T>(&self, tls: T, limit: Duration) -> Result<Client, String>
+    where
+        T: MakeTlsConnect<Socket>,
+        T::Stream: Send + 'static,
+    {
+        let connecting = self.conninfo.config.connect(tls);
+        let (client, connection) = self
+            .runtime
+            .block_on(async { tokio::time::timeout(limit, connecting).await })
+            .map_err(|_| "the lease store did not answer the connection in time".to_string())?
+            .map_err(describe)?;
+        self.runtime.spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
     }
 
     fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, String> {
@@ -303,10 +306,7 @@ impl RemoteStore {
         watermark_ms: i64,
     ) -> Result<ClaimOutcome, String> {
         let rows = self.query(
-            "SELECT outcome, machine_id, previous_watermark_ms, \
-                    (extract(epoch FROM expires_at) * 1000)::bigint, \
-                    (extract(epoch FROM store_now) * 1000)::bigint \
-               FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)",
+            CLAIM_SQL,
             &[
                 &holder.namespace,
                 &(holder.machine_bits as i32),
@@ -341,9 +341,7 @@ impl RemoteStore {
         watermark_ms: i64,
     ) -> Result<Option<Renewed>, String> {
         let rows = self.query(
-            "SELECT (extract(epoch FROM expires_at) * 1000)::bigint, \
-                    (extract(epoch FROM store_now) * 1000)::bigint \
-               FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)",
+            RENEW_SQL,
             &[
                 &holder.namespace,
                 &(machine_id as i32),
@@ -367,7 +365,7 @@ impl RemoteStore {
         watermark_ms: i64,
     ) -> Result<bool, String> {
         let rows = self.query(
-            "SELECT cosid.lease_release($1, $2, $3, $4, $5)",
+            RELEASE_SQL,
             &[
                 &holder.namespace,
                 &(machine_id as i32),
