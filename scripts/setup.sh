@@ -6,7 +6,7 @@ set -euo pipefail
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PGRX_VERSION=0.18.1
-packages=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo libfaketime libssl-dev pkg-config)
+packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo libfaketime libssl-dev pkg-config openssl)
 
 sudo_if_needed() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
