@@ -85,6 +85,10 @@ struct Worker {
     timing: LeaseTiming,
     /// A machine id given back whose release failed: released before anything is claimed.
     pending_release: Option<(u32, u64, i64)>,
+    /// The token of the claim being made, kept until one succeeds: a claim the store committed
+    /// but whose answer was lost (a timeout) is then recognised as ours on the next attempt,
+    /// instead of a live claim of somebody with our identity.
+    claim_token: Option<u64>,
     /// Monotonic time of the next renewal.
     next_renewal_ms: u64,
     next_state_write_ms: u64,
@@ -117,6 +121,7 @@ impl Worker {
             store,
             timing: guc::lease_timing(),
             pending_release: None,
+            claim_token: None,
             next_renewal_ms: 0,
             next_state_write_ms: 0,
             last_logged: String::new(),
@@ -277,7 +282,7 @@ impl Worker {
             }
         }
         let timing = self.timing;
-        let token = shmem::random_u64();
+        let token = *self.claim_token.get_or_insert_with(shmem::random_u64);
         let sent_ms = boottime_ms();
         let watermark_ms = timing.watermark_ms(unix_ms_now());
         let holder = self.holder.clone();
@@ -390,6 +395,7 @@ impl Worker {
             }
         }
 
+        self.claim_token = None;
         let lease = &self.slot.lease;
         lease.set_held(Some((machine_id, token)));
         lease.set_renewed(store_now_ms, expires_at_ms, watermark_ms);

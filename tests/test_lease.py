@@ -166,6 +166,8 @@ class Leases(unittest.TestCase):
         claim = ("SELECT outcome, machine_id FROM cosid.lease_claim('cosid', 10, 'twin', true, "
                  "{sg}, '{token}', 0)")
         self.assertEqual(cluster.rows(claim.format(sg=1500, token="first")), [["new", "0"]])
+        # The same claim again (its answer was lost, say) is recognised by its token.
+        self.assertEqual(cluster.rows(claim.format(sg=1500, token="first")), [["own", "0"]])
         # A second process with the same identity (a clone, or the same server after a crash)
         # must wait until the first claim has expired.
         self.assertEqual(cluster.rows(claim.format(sg=1500, token="second")), [["busy", "0"]])
