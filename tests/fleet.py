@@ -135,14 +135,19 @@ def write_passfile(directory, port):
     return path
 
 
-def fleet_server(name, port, store_port, extra=None, via=None, conninfo_extra=""):
+def fleet_server(name, port, store_port, extra=None, via=None, conninfo_extra="",
+                 password_from="passfile"):
     """A cosid server leasing from the store (through a proxy, when given), its password in a
-    passfile."""
+    passfile, or in PGPASSWORD in the server's environment."""
     server = Cluster(name, free_port(port), {}).init()
     target = via.port if via else store_port
-    passfile = write_passfile(server.base, target)
+    if password_from == "passfile":
+        password = f"passfile={write_passfile(server.base, target)}"
+    else:
+        password = ""
+        server.env["PGPASSWORD"] = FLEET_PASSWORD
     conninfo = (f"host=127.0.0.1 port={target} dbname=postgres user={FLEET_ROLE} "
-                f"passfile={passfile} connect_timeout=2 {conninfo_extra}").strip()
+                f"{password} connect_timeout=2 {conninfo_extra}").strip()
     server.settings = {"cosid.lease_store": f"'{conninfo}'", **(extra or {})}
     server.write_settings()
     return server

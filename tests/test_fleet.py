@@ -32,16 +32,21 @@ class Fleet(unittest.TestCase):
 
     def server(self, name, store, **extra):
         conninfo_extra = extra.pop("conninfo_extra", "")
+        password_from = extra.pop("password_from", "passfile")
         server = self.track(fleet_server(name, 25210, store.port,
                                          {**FAST_LEASES, **extra},
-                                         conninfo_extra=conninfo_extra))
+                                         conninfo_extra=conninfo_extra,
+                                         password_from=password_from))
         server.start()
         server.query("CREATE EXTENSION cosid")
         return server
 
     def test_three_servers_lease_distinct_ids_and_never_duplicate(self):
         store = self.store()
-        servers = [self.server(f"fleet-{i}", store) for i in range(3)]
+        # Two read the password from a passfile, one from PGPASSWORD.
+        servers = [self.server(f"fleet-{i}", store,
+                               password_from="environment" if i == 2 else "passfile")
+                   for i in range(3)]
         ids = {s.name: int(wait_up(s)["machine_id"]) for s in servers}
         self.assertEqual(len(set(ids.values())), 3, ids)
         sessions = []
@@ -86,6 +91,11 @@ class Fleet(unittest.TestCase):
         self.assertEqual(store.query(
             "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
             "WHERE a.application_name = 'cosid lease worker' AND s.ssl"), "1")
+        encrypted = self.server("fleet-tls-require", store, conninfo_extra="sslmode=require")
+        wait_up(encrypted)
+        self.assertEqual(store.query(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            "WHERE a.application_name = 'cosid lease worker' AND s.ssl"), "2")
         wrong = self.server("fleet-tls-wrong", store, conninfo_extra=(
             f"sslmode=verify-full sslrootcert={tls_dir / 'other-ca.crt'}"))
         refused = wait_for(lambda: "certificate" in (status(wrong)["last_error"] or "")
