@@ -151,6 +151,12 @@ fn password_from_environment(config: &Config, passfile: Option<&str>) -> Option<
     None
 }
 
+/// Checks a connection string without connecting, for the check at server start (no runtime,
+/// no socket in the postmaster).
+pub fn check(conninfo: &str) -> Result<(), String> {
+    ConnInfo::parse(conninfo).map(|_| ())
+}
+
 pub struct RemoteStore {
     runtime: tokio::runtime::Runtime,
     conninfo: ConnInfo,

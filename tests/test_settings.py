@@ -99,6 +99,15 @@ class Settings(unittest.TestCase):
                             'invalid value for parameter "cosid.stable": on',
                             "HINT:  Set cosid.instance_id")
 
+    def test_bad_lease_store_connection_string_stops_the_server(self):
+        self.assert_refused({"cosid.distributor": "lease",
+                             "cosid.lease_store": "'host=store sslmode=verify-full'"},
+                            'FATAL:  invalid value for parameter "cosid.lease_store"',
+                            "need sslrootcert")
+        self.assert_refused({"cosid.distributor": "lease",
+                             "cosid.lease_store": "'postgresql://store/cosid'"},
+                            "use the key=value form")
+
     def test_unset_machine_id_refuses_to_generate_and_says_why(self):
         started, log = self.start_with({})
         self.assertTrue(started)
