@@ -494,10 +494,8 @@ fn lease_settings() -> Result<LeaseSettings, CosidError> {
     let lease_store = Some(string_setting(&LEASE_STORE)).filter(|text| !text.trim().is_empty());
     if let Some(conninfo) = &lease_store {
         crate::remote_store::check(conninfo).map_err(|why| {
-            let mut sentence = why.chars();
-            let first = sentence.next().map(|c| c.to_uppercase().to_string());
             CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
-                .detail(format!("{}{}.", first.unwrap_or_default(), sentence.as_str()))
+                .detail(format!("{why}."))
                 .hint("Use a libpq key=value connection string, such as host=store.example port=5432 dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt.")
         })?;
     }

@@ -49,7 +49,8 @@ impl ConnInfo {
     fn parse(text: &str) -> Result<ConnInfo, String> {
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             return Err(
-                "use the key=value form (host=... dbname=... user=...), not a URL".to_string(),
+                "A URL is not accepted: use the key=value form (host=... dbname=... user=...)"
+                    .to_string(),
             );
         }
         let mut kept = Vec::new();
@@ -64,7 +65,7 @@ impl ConnInfo {
                         "require" => TlsCheck::Encrypt,
                         "verify-ca" => TlsCheck::VerifyCa,
                         "verify-full" => TlsCheck::VerifyFull,
-                        other => return Err(format!("sslmode \"{other}\" is not one of disable, allow, prefer, require, verify-ca, verify-full")),
+                        other => return Err(format!("The sslmode \"{other}\" is not one of disable, allow, prefer, require, verify-ca, verify-full")),
                     };
                     let mode = if matches!(value.as_str(), "disable") {
                         "disable"
@@ -86,8 +87,8 @@ impl ConnInfo {
             .map_err(|e: tokio_postgres::Error| e.to_string())?;
         if matches!(tls, TlsCheck::VerifyCa | TlsCheck::VerifyFull) && root_cert.is_none() {
             return Err(
-                "sslmode verify-ca and verify-full need sslrootcert, the certificate of the \
-                 authority that signed the store's certificate"
+                "With sslmode verify-ca or verify-full, sslrootcert must name the certificate of \
+                 the authority that signed the store's certificate"
                     .to_string(),
             );
         }

@@ -103,10 +103,10 @@ class Settings(unittest.TestCase):
         self.assert_refused({"cosid.distributor": "lease",
                              "cosid.lease_store": "'host=store sslmode=verify-full'"},
                             'FATAL:  invalid value for parameter "cosid.lease_store"',
-                            "need sslrootcert")
+                            "sslrootcert must name the certificate")
         self.assert_refused({"cosid.distributor": "lease",
                              "cosid.lease_store": "'postgresql://store/cosid'"},
-                            "use the key=value form")
+                            "A URL is not accepted: use the key=value form")
 
     def test_unset_machine_id_refuses_to_generate_and_says_why(self):
         started, log = self.start_with({})

@@ -23,7 +23,7 @@ pub fn parse_key_values(text: &str) -> Result<Vec<(String, String)>, String> {
             chars.next();
         }
         if chars.next() != Some('=') {
-            return Err(format!("\"{key}\" has no value"));
+            return Err(format!("The key \"{key}\" has no value"));
         }
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
@@ -33,7 +33,7 @@ pub fn parse_key_values(text: &str) -> Result<Vec<(String, String)>, String> {
             chars.next();
             loop {
                 match chars.next() {
-                    None => return Err(format!("the value of \"{key}\" has no closing quote")),
+                    None => return Err(format!("The value of \"{key}\" has no closing quote")),
                     Some('\\') => value.extend(chars.next()),
                     Some('\'') => break,
                     Some(c) => value.push(c),
