@@ -186,8 +186,52 @@ impl LocalStore {
                 .map_err(|e| e.to_string())
         })
     }
+}
 
-    pub fn readiness(&self) -> Result<Readiness, String> {
+/// What the worker needs of a lease store: its own database through SPI ([`LocalStore`]), or a
+/// shared one over the network (`RemoteStore`). Both send the same calls of the same protocol.
+pub trait LeaseStore {
+    /// Whether the store is another server's database.
+    fn is_remote(&self) -> bool;
+    /// The longest any one call may take.
+    fn set_timeout(&mut self, timeout: Duration);
+    fn readiness(&mut self) -> Result<Readiness, String>;
+    fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, String>;
+    /// `Ok(None)`: the lease is lost.
+    fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+    ) -> Result<Option<Renewed>, String>;
+    /// Whether the lease was still this holder's.
+    fn release(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, String>;
+}
+
+impl LeaseStore for LocalStore {
+    fn is_remote(&self) -> bool {
+        false
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    fn readiness(&mut self) -> Result<Readiness, String> {
         // SAFETY: RecoveryInProgress only reads shared state.
         if unsafe { pg_sys::RecoveryInProgress() } {
             return Ok(Readiness::ReadOnly);
@@ -208,8 +252,8 @@ impl LocalStore {
         })
     }
 
-    pub fn claim(
-        &self,
+    fn claim(
+        &mut self,
         holder: &Holder,
         safe_guard_ms: u64,
         token: u64,
@@ -247,9 +291,8 @@ impl LocalStore {
         })
     }
 
-    /// `Ok(None)`: the lease is lost.
-    pub fn renew(
-        &self,
+    fn renew(
+        &mut self,
         holder: &Holder,
         machine_id: u32,
         token: u64,
@@ -283,9 +326,8 @@ impl LocalStore {
         })
     }
 
-    /// Whether the lease was still this holder's.
-    pub fn release(
-        &self,
+    fn release(
+        &mut self,
         holder: &Holder,
         machine_id: u32,
         token: u64,
@@ -312,75 +354,5 @@ impl LocalStore {
                 .map_err(|e| e.to_string())?
                 .unwrap_or(false))
         })
-    }
-}
-
-/// The worker's lease store: its own database through SPI, or a shared one over the network.
-pub enum Store {
-    Local(LocalStore),
-    Remote(Box<crate::remote_store::RemoteStore>),
-}
-
-impl Store {
-    pub fn is_remote(&self) -> bool {
-        matches!(self, Store::Remote(_))
-    }
-
-    pub fn set_timeout(&mut self, timeout: Duration) {
-        match self {
-            Store::Local(store) => store.timeout = timeout,
-            Store::Remote(store) => store.timeout = timeout,
-        }
-    }
-
-    pub fn readiness(&mut self) -> Result<Readiness, String> {
-        match self {
-            Store::Local(store) => store.readiness(),
-            Store::Remote(store) => store.readiness(),
-        }
-    }
-
-    pub fn claim(
-        &mut self,
-        holder: &Holder,
-        safe_guard_ms: u64,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<ClaimOutcome, String> {
-        match self {
-            Store::Local(store) => store.claim(holder, safe_guard_ms, token, watermark_ms),
-            Store::Remote(store) => store.claim(holder, safe_guard_ms, token, watermark_ms),
-        }
-    }
-
-    pub fn renew(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        safe_guard_ms: u64,
-        watermark_ms: i64,
-    ) -> Result<Option<Renewed>, String> {
-        match self {
-            Store::Local(store) => {
-                store.renew(holder, machine_id, token, safe_guard_ms, watermark_ms)
-            }
-            Store::Remote(store) => {
-                store.renew(holder, machine_id, token, safe_guard_ms, watermark_ms)
-            }
-        }
-    }
-
-    pub fn release(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<bool, String> {
-        match self {
-            Store::Local(store) => store.release(holder, machine_id, token, watermark_ms),
-            Store::Remote(store) => store.release(holder, machine_id, token, watermark_ms),
-        }
     }
 }

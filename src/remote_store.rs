@@ -11,7 +11,8 @@
 
 use crate::conninfo::{parse_key_values, split_passfile_line};
 use crate::lease_store::{
-    token_text, ClaimOutcome, Holder, Readiness, Renewed, CLAIM_SQL, RELEASE_SQL, RENEW_SQL,
+    token_text, ClaimOutcome, Holder, LeaseStore, Readiness, Renewed, CLAIM_SQL, RELEASE_SQL,
+    RENEW_SQL,
 };
 use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
@@ -162,7 +163,7 @@ pub struct RemoteStore {
     runtime: tokio::runtime::Runtime,
     conninfo: ConnInfo,
     client: Option<Client>,
-    pub timeout: Duration,
+    timeout: Duration,
 }
 
 impl RemoteStore {
@@ -290,8 +291,18 @@ impl RemoteStore {
             }
         }
     }
+}
 
-    pub fn readiness(&mut self) -> Result<Readiness, String> {
+impl LeaseStore for RemoteStore {
+    fn is_remote(&self) -> bool {
+        true
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    fn readiness(&mut self) -> Result<Readiness, String> {
         let rows = self.query(
             "SELECT to_regprocedure('cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)') IS NOT NULL",
             &[],
@@ -305,7 +316,7 @@ impl RemoteStore {
         )
     }
 
-    pub fn claim(
+    fn claim(
         &mut self,
         holder: &Holder,
         safe_guard_ms: u64,
@@ -339,7 +350,7 @@ impl RemoteStore {
         ))
     }
 
-    pub fn renew(
+    fn renew(
         &mut self,
         holder: &Holder,
         machine_id: u32,
@@ -364,7 +375,7 @@ impl RemoteStore {
         }))
     }
 
-    pub fn release(
+    fn release(
         &mut self,
         holder: &Holder,
         machine_id: u32,

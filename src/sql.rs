@@ -67,10 +67,16 @@ fn cosid_from_timestamp(ts: TimestampWithTimeZone) -> i64 {
 #[pg_extern(stable, strict, parallel_safe)]
 fn cosid_friendly(id: i64) -> String {
     let layout = layout_or_raise();
-    decompose_or_raise(&layout, id);
-    layout
-        .to_friendly(id)
-        .expect("a decomposable id has a friendly form")
+    let parts = decompose_or_raise(&layout, id);
+    match layout.to_friendly(id) {
+        Some(friendly) => friendly,
+        None => CosidError::timestamp_out_of_range(format!("cosid id {id} has no friendly form"))
+            .detail(format!(
+                "Its timestamp, {}, is after the year 9999, which the friendly form cannot write.",
+                layout::format_unix_ms(layout.ticks_to_unix_ms(parts.ticks))
+            ))
+            .raise(),
+    }
 }
 
 #[pg_extern(stable, strict, parallel_safe)]
@@ -92,7 +98,7 @@ fn cosid_to_radix62(id: i64) -> String {
 #[pg_extern(immutable, strict, parallel_safe)]
 fn cosid_from_radix62(radix62: &str) -> i64 {
     layout::from_radix62(radix62)
-        .map_err(|why| parse_error(&Layout::cosid_default(), radix62, why))
+        .map_err(|why| radix62_error(radix62, why))
         .or_raise()
 }
 
@@ -282,16 +288,20 @@ fn parse_error(layout: &Layout, text: &str, why: ParseError) -> CosidError {
                 .detail(format!("Its {part} must be from 0 to {max}."))
         }
         ParseError::TimeRange(range) => time_range_error(layout, range, "friendly id timestamp"),
-        ParseError::Radix62Digits => {
-            CosidError::invalid_argument(format!("invalid cosid Radix62 id: \"{text}\"")).detail(
-                "A Radix62 id has 1 to 11 characters from 0-9, A-Z and a-z, such as \
-                 \"0LrHucXALbs\".",
-            )
-        }
+        ParseError::Radix62Digits | ParseError::Radix62Overflow => radix62_error(text, why),
+    }
+}
+
+fn radix62_error(text: &str, why: ParseError) -> CosidError {
+    match why {
         ParseError::Radix62Overflow => {
             CosidError::out_of_range(format!("cosid Radix62 id \"{text}\" is out of range"))
                 .detail("It is larger than the largest bigint, \"AzL8n0Y58m7\".")
         }
+        _ => CosidError::invalid_argument(format!("invalid cosid Radix62 id: \"{text}\"")).detail(
+            "A Radix62 id has 1 to 11 characters from 0-9, A-Z and a-z, such as \
+                 \"0LrHucXALbs\".",
+        ),
     }
 }
 

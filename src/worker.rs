@@ -12,7 +12,7 @@ use crate::generator::GeneratorState;
 use crate::guc::{self, LeaseSettings, MachineSource};
 use crate::layout::Layout;
 use crate::lease::{watermark_wait, LeaseState, LeaseTiming, WatermarkWait};
-use crate::lease_store::{ClaimOutcome, Holder, LocalStore, Readiness, Store};
+use crate::lease_store::{ClaimOutcome, Holder, LeaseStore, LocalStore, Readiness};
 use crate::remote_store::RemoteStore;
 use crate::shmem::{self, GeneratorSlot, LeaseProblem};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
@@ -45,9 +45,9 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     let Ok(slot) = shmem::default_generator() else {
         return;
     };
-    let store = match &lease_settings.lease_store {
+    let store: Box<dyn LeaseStore> = match &lease_settings.lease_store {
         Some(conninfo) => match RemoteStore::new(conninfo) {
-            Ok(store) => Store::Remote(Box::new(store)),
+            Ok(store) => Box::new(store),
             Err(why) => {
                 warning!("cosid: cannot use cosid.lease_store: {why}");
                 // SAFETY: see below; the worker is started again after its restart time.
@@ -62,11 +62,10 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
             if let Err(why) = store.use_read_committed() {
                 warning!("cosid: could not set the lease calls' isolation level: {why}");
             }
-            Store::Local(store)
+            Box::new(store)
         }
     };
     let mut worker = Worker::new(slot, settings.namespace.clone(), lease_settings, store);
-    worker.start_timing();
     worker.run();
     // Exit code 1, not 0: a worker that was terminated on its own (pg_terminate_backend) is then
     // started again after its restart time, while at server shutdown nothing is restarted.
@@ -80,7 +79,7 @@ struct Worker {
     layout: Layout,
     holder: Holder,
     database: String,
-    store: Store,
+    store: Box<dyn LeaseStore>,
     /// The lease timings in force: the settings at start, then each valid reload.
     timing: LeaseTiming,
     /// A machine id given back whose release failed: released before anything is claimed.
@@ -106,9 +105,9 @@ impl Worker {
         slot: &'static GeneratorSlot,
         namespace: String,
         settings: &LeaseSettings,
-        store: Store,
+        store: Box<dyn LeaseStore>,
     ) -> Worker {
-        Worker {
+        let mut worker = Worker {
             slot,
             layout: slot.config.layout,
             holder: Holder {
@@ -125,7 +124,9 @@ impl Worker {
             next_renewal_ms: 0,
             next_state_write_ms: 0,
             last_logged: String::new(),
-        }
+        };
+        worker.start_timing();
+        worker
     }
 
     fn generator(&self) -> &GeneratorState {
@@ -160,11 +161,11 @@ impl Worker {
 
     /// The store, with its call timeout set from the renewal period: a call must end well
     /// before the lease could lapse.
-    fn store(&mut self) -> &mut Store {
+    fn store(&mut self) -> &mut dyn LeaseStore {
         let delay = self.timing.guarder_delay_ms;
         self.store
             .set_timeout(Duration::from_millis(delay.clamp(500, 10_000)));
-        &mut self.store
+        self.store.as_mut()
     }
 
     /// Logs a line unless it is the one logged last.

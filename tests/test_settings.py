@@ -180,6 +180,16 @@ class Settings(unittest.TestCase):
             self.cluster.query("SELECT cosid_from_timestamp('2023-12-31 23:59:59+00')")
         self.assertEqual(refused.exception.sqlstate, "22008")
 
+    def test_friendly_form_after_the_year_9999_is_refused(self):
+        started, _ = self.start_with({"cosid.machine_id": 1, "cosid.timestamp_bits": 50,
+                                      "cosid.machine_bits": 1, "cosid.sequence_bits": 12})
+        self.assertTrue(started)
+        last = (1 << 63) - 1
+        with self.assertRaises(SqlError) as refused:
+            self.cluster.query(f"SELECT cosid_friendly({last})")
+        self.assertEqual(refused.exception.sqlstate, "22008")
+        self.assertIn("after the year 9999", refused.exception.stderr)
+
     def test_clock_thresholds_reload_on_sighup(self):
         started, _ = self.start_with({"cosid.machine_id": 1})
         self.assertTrue(started)
