@@ -9,12 +9,12 @@
 //! hangs the worker. A failed or timed-out connection is dropped and made again on the next call.
 //! The password (in the connection string, a passfile or `PGPASSWORD`) never appears in a message.
 
-use crate::conninfo::{parse_key_values, split_passfile_line};
+use crate::conninfo::{parse_conninfo, split_passfile_line};
 use crate::lease_store::{
     token_text, ClaimOutcome, Holder, LeaseStore, Readiness, Renewed, CLAIM_SQL, RELEASE_SQL,
     RENEW_SQL,
 };
-use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;
 use tokio_postgres::tls::MakeTlsConnect;
@@ -40,6 +40,31 @@ struct ConnInfo {
     config: Config,
     tls: TlsCheck,
     root_cert: Option<String>,
+    client_identity: Option<ClientIdentity>,
+}
+
+/// A client certificate and its private key, both PEM files (`sslcert`, `sslkey`).
+#[derive(Debug)]
+struct ClientIdentity {
+    cert: String,
+    key: String,
+}
+
+/// libpq's rule for a private key file: not readable by others, and not by the group unless root
+/// owns it. A key anybody on the machine can read is refused rather than used.
+fn check_key_file_permissions(path: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata =
+        std::fs::metadata(path).map_err(|e| format!("Cannot read sslkey \"{path}\": {e}"))?;
+    let mode = metadata.mode() & 0o777;
+    let allowed = if metadata.uid() == 0 { 0o640 } else { 0o600 };
+    if mode & !allowed != 0 {
+        return Err(format!(
+            "The private key file \"{path}\" has permissions {mode:o}; it must be u=rw (0600) or \
+             less, or u=rw,g=r (0640) or less if owned by root"
+        ));
+    }
+    Ok(())
 }
 
 fn quote(value: &str) -> String {
@@ -48,17 +73,13 @@ fn quote(value: &str) -> String {
 
 impl ConnInfo {
     fn parse(text: &str) -> Result<ConnInfo, String> {
-        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            return Err(
-                "A URL is not accepted: use the key=value form (host=... dbname=... user=...)"
-                    .to_string(),
-            );
-        }
         let mut kept = Vec::new();
         let mut tls = TlsCheck::None;
         let mut root_cert = None;
+        let mut client_cert = None;
+        let mut client_key = None;
         let mut passfile = None;
-        for (key, value) in parse_key_values(text)? {
+        for (key, value) in parse_conninfo(text)? {
             match key.as_str() {
                 "sslmode" => {
                     tls = match value.as_str() {
@@ -78,6 +99,8 @@ impl ConnInfo {
                     kept.push(format!("sslmode={mode}"));
                 }
                 "sslrootcert" => root_cert = Some(value),
+                "sslcert" => client_cert = Some(value),
+                "sslkey" => client_key = Some(value),
                 "passfile" => passfile = Some(value),
                 _ => kept.push(format!("{key}={}", quote(&value))),
             }
@@ -93,6 +116,27 @@ impl ConnInfo {
                     .to_string(),
             );
         }
+        let client_identity = match (client_cert, client_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                check_key_file_permissions(&key)?;
+                Some(ClientIdentity { cert, key })
+            }
+            _ => {
+                return Err(
+                    "sslcert and sslkey must be given together: the client certificate \
+                     and its private key"
+                        .to_string(),
+                )
+            }
+        };
+        if client_identity.is_some() && tls == TlsCheck::None {
+            return Err(
+                "A client certificate (sslcert, sslkey) needs sslmode require, verify-ca or \
+                 verify-full"
+                    .to_string(),
+            );
+        }
         if config.get_password().is_none() {
             if let Some(password) = password_from_environment(&config, passfile.as_deref()) {
                 config.password(password);
@@ -102,6 +146,7 @@ impl ConnInfo {
             config,
             tls,
             root_cert,
+            client_identity,
         })
     }
 }
@@ -209,6 +254,20 @@ impl RemoteStore {
                     .map_err(|e| format!("cannot read sslrootcert \"{path}\": {e}"))?;
                 builder.set_verify(SslVerifyMode::PEER);
             }
+        }
+        if let Some(identity) = &self.conninfo.client_identity {
+            builder
+                .set_certificate_chain_file(&identity.cert)
+                .map_err(|e| format!("cannot read sslcert \"{}\": {e}", identity.cert))?;
+            builder
+                .set_private_key_file(&identity.key, SslFiletype::PEM)
+                .map_err(|e| format!("cannot read sslkey \"{}\": {e}", identity.key))?;
+            builder.check_private_key().map_err(|e| {
+                format!(
+                    "sslkey \"{}\" is not the key of sslcert \"{}\": {e}",
+                    identity.key, identity.cert
+                )
+            })?;
         }
         let mut connector = MakeTlsConnector::new(builder.build());
         if self.conninfo.tls != TlsCheck::VerifyFull {

@@ -45,6 +45,9 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     let Ok(slot) = shmem::default_generator() else {
         return;
     };
+    // Connected to a database even with a remote store, so that operators see the worker in
+    // pg_stat_activity (backend_type 'cosid lease worker') wherever its store is.
+    BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
     let store: Box<dyn LeaseStore> = match &lease_settings.lease_store {
         Some(conninfo) => match RemoteStore::new(conninfo) {
             Ok(store) => Box::new(store),
@@ -55,7 +58,6 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
             }
         },
         None => {
-            BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
             let store = LocalStore {
                 timeout: Duration::from_secs(1),
             };

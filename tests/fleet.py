@@ -9,11 +9,13 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.parse
 
 from pgcluster import ROOT, Cluster, chown_to_postgres, free_port
 
 FLEET_ROLE = "cosid_fleet"
 FLEET_PASSWORD = "fleet-secret-9f3k"
+CERTIFICATE_ROLE = "cosid_certified"
 LEASE_SQL = ROOT / "sql" / "lease_store.sql"
 
 
@@ -103,12 +105,16 @@ class Proxy:
         self.set_mode("reset")
 
 
-def start_store(name, port, settings=None):
+def start_store(name, port, settings=None, certificate_role=False):
     """A plain PostgreSQL (cosid not preloaded) holding the lease protocol, with a role that
-    logs in with a password."""
+    logs in with a password, and, when asked, a role that logs in with a client certificate
+    (TLS settings then come with `settings`)."""
     store = Cluster(name, free_port(port), dict(settings or {}), preload=False).init()
     hba = store.data / "pg_hba.conf"
+    certificate_line = (f"hostssl all {CERTIFICATE_ROLE} 127.0.0.1/32 cert\n"
+                        if certificate_role else "")
     hba.write_text(
+        certificate_line +
         f"host all {FLEET_ROLE} 127.0.0.1/32 scram-sha-256\n"
         "local all all trust\nhost all all 127.0.0.1/32 trust\n"
         "host replication all 127.0.0.1/32 trust\n")
@@ -116,38 +122,56 @@ def start_store(name, port, settings=None):
     store.start()
     subprocess.run(store.psql_command("postgres", "-q", "-v", "ON_ERROR_STOP=1", "-f",
                                       str(LEASE_SQL)), check=True)
+    store.query(f"CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}'")
+    grant_lease_protocol(store, FLEET_ROLE)
+    if certificate_role:
+        store.query(f"CREATE ROLE {CERTIFICATE_ROLE} LOGIN")
+        grant_lease_protocol(store, CERTIFICATE_ROLE)
+    return store
+
+
+def grant_lease_protocol(store, role):
+    """What a store role needs, and no more."""
     store.query(f"""
-        CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}';
-        GRANT USAGE ON SCHEMA cosid TO {FLEET_ROLE};
-        GRANT SELECT, INSERT, UPDATE ON cosid.machine_lease TO {FLEET_ROLE};
+        GRANT USAGE ON SCHEMA cosid TO {role};
+        GRANT SELECT, INSERT, UPDATE ON cosid.machine_lease TO {role};
         GRANT EXECUTE ON FUNCTION
             cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
             cosid.lease_renew(text, integer, text, text, bigint, bigint),
-            cosid.lease_release(text, integer, text, text, bigint) TO {FLEET_ROLE};""")
-    return store
+            cosid.lease_release(text, integer, text, text, bigint) TO {role};""")
 
 
 def write_passfile(directory, port):
     path = directory / "store.pgpass"
-    path.write_text(f"127.0.0.1:{port}:postgres:{FLEET_ROLE}:{FLEET_PASSWORD}\n")
+    path.write_text("".join(f"{host}:{port}:postgres:{FLEET_ROLE}:{FLEET_PASSWORD}\n"
+                            for host in ("127.0.0.1", "localhost")))
     chown_to_postgres(directory)
     os.chmod(path, 0o600)
     return path
 
 
 def fleet_server(name, port, store_port, extra=None, via=None, conninfo_extra="",
-                 password_from="passfile"):
+                 password_from="passfile", host="127.0.0.1", form="key=value"):
     """A cosid server leasing from the store (through a proxy, when given), its password in a
-    passfile, or in PGPASSWORD in the server's environment."""
+    passfile, in PGPASSWORD in the server's environment, or nowhere (password_from=None). The connection string is in libpq's
+    key=value form, or its URL form; `conninfo_extra` is key=value pairs in either case."""
     server = Cluster(name, free_port(port), {}).init()
     target = via.port if via else store_port
+    options = {"connect_timeout": "2"}
     if password_from == "passfile":
-        password = f"passfile={write_passfile(server.base, target)}"
-    else:
-        password = ""
+        options["passfile"] = str(write_passfile(server.base, target))
+    elif password_from == "environment":
         server.env["PGPASSWORD"] = FLEET_PASSWORD
-    conninfo = (f"host=127.0.0.1 port={target} dbname=postgres user={FLEET_ROLE} "
-                f"{password} connect_timeout=2 {conninfo_extra}").strip()
+    options.update(pair.split("=", 1) for pair in conninfo_extra.split())
+    if form == "url":
+        user = options.pop("user", FLEET_ROLE)
+        query = "&".join(f"{key}={urllib.parse.quote(value, safe='')}"
+                         for key, value in options.items())
+        conninfo = f"postgresql://{user}@{host}:{target}/postgres?{query}"
+    else:
+        options = {"host": host, "port": str(target), "dbname": "postgres",
+                   "user": FLEET_ROLE, **options}
+        conninfo = " ".join(f"{key}={value}" for key, value in options.items())
     server.settings = {"cosid.lease_store": f"'{conninfo}'", **(extra or {})}
     server.write_settings()
     return server

@@ -9,7 +9,7 @@ import time
 import unittest
 
 from clients import concurrent_sessions, copy_ids, duplicates, run_session
-from fleet import FLEET_PASSWORD, fleet_server, start_store
+from fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, fleet_server, start_store
 from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres, free_port
 from test_lease import (DEADLINE_S, FAST_LEASES, machine_of, status, try_next, wait_for,
                         wait_up)
@@ -27,25 +27,26 @@ class Fleet(unittest.TestCase):
         self.clusters.append(cluster)
         return cluster
 
-    def store(self, **settings):
-        return self.track(start_store("fleet-store", 25200, settings))
+    def store(self, certificate_role=False, **settings):
+        return self.track(start_store("fleet-store", 25200, settings,
+                                      certificate_role=certificate_role))
 
     def server(self, name, store, **extra):
-        conninfo_extra = extra.pop("conninfo_extra", "")
-        password_from = extra.pop("password_from", "passfile")
+        connection = {key: extra.pop(key) for key in ("conninfo_extra", "password_from",
+                                                       "host", "form") if key in extra}
         server = self.track(fleet_server(name, 25210, store.port,
-                                         {**FAST_LEASES, **extra},
-                                         conninfo_extra=conninfo_extra,
-                                         password_from=password_from))
+                                         {**FAST_LEASES, **extra}, **connection))
         server.start()
         server.query("CREATE EXTENSION cosid")
         return server
 
     def test_three_servers_lease_distinct_ids_and_never_duplicate(self):
         store = self.store()
-        # Two read the password from a passfile, one from PGPASSWORD.
+        # Two read the password from a passfile, one from PGPASSWORD; one connection string is
+        # a URL.
         servers = [self.server(f"fleet-{i}", store,
-                               password_from="environment" if i == 2 else "passfile")
+                               password_from="environment" if i == 2 else "passfile",
+                               form="url" if i == 1 else "key=value")
                    for i in range(3)]
         ids = {s.name: int(wait_up(s)["machine_id"]) for s in servers}
         self.assertEqual(len(set(ids.values())), 3, ids)
@@ -61,6 +62,10 @@ class Fleet(unittest.TestCase):
         self.assertEqual({r[1] for r in held}, {status(s)["instance_id"] for s in servers})
         for server in servers:
             self.assertNotIn(FLEET_PASSWORD, server.log())
+            # The worker is visible on its own server although its store is elsewhere.
+            self.assertEqual(server.query(
+                "SELECT datname FROM pg_stat_activity "
+                "WHERE backend_type = 'cosid lease worker'"), "postgres")
         print(f"\n  3 servers, {sum(len(s.ids) for s in sessions)} ids, 0 duplicates", end=" ")
 
     def test_store_down_stops_generation_by_the_deadline_then_resumes(self):
@@ -84,24 +89,53 @@ class Fleet(unittest.TestCase):
         make_certificates(tls_dir)
         chown_to_postgres(tls_dir)
         store = self.store(ssl="on", ssl_cert_file=f"'{tls_dir / 'server.crt'}'",
-                           ssl_key_file=f"'{tls_dir / 'server.key'}'")
-        good = self.server("fleet-tls-good", store, conninfo_extra=(
+                           ssl_key_file=f"'{tls_dir / 'server.key'}'",
+                           ssl_ca_file=f"'{tls_dir / 'ca.crt'}'", certificate_role=True)
+
+        def encrypted_workers():
+            return int(store.query(
+                "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+                "WHERE a.application_name = 'cosid lease worker' AND s.ssl"))
+
+        # The store's certificate names localhost, not 127.0.0.1.
+        good = self.server("fleet-tls-good", store, host="localhost", conninfo_extra=(
             f"sslmode=verify-full sslrootcert={tls_dir / 'ca.crt'}"))
         wait_up(good)
-        self.assertEqual(store.query(
-            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
-            "WHERE a.application_name = 'cosid lease worker' AND s.ssl"), "1")
+        self.assertEqual(encrypted_workers(), 1)
         encrypted = self.server("fleet-tls-require", store, conninfo_extra="sslmode=require")
         wait_up(encrypted)
+        self.assertEqual(encrypted_workers(), 2)
+        # verify-ca checks the authority only, so the address is accepted.
+        by_address = self.server("fleet-tls-verify-ca", store, form="url", conninfo_extra=(
+            f"sslmode=verify-ca sslrootcert={tls_dir / 'ca.crt'}"))
+        wait_up(by_address)
+        self.assertEqual(encrypted_workers(), 3)
+        # A client certificate instead of a password; its key must be private.
+        certified = self.server("fleet-tls-client-cert", store, conninfo_extra=(
+            f"user={CERTIFICATE_ROLE} sslmode=verify-full host=localhost "
+            f"sslrootcert={tls_dir / 'ca.crt'} sslcert={tls_dir / 'client.crt'} "
+            f"sslkey={tls_dir / 'client.key'}"), password_from=None)
+        wait_up(certified)
         self.assertEqual(store.query(
-            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
-            "WHERE a.application_name = 'cosid lease worker' AND s.ssl"), "2")
-        wrong = self.server("fleet-tls-wrong", store, conninfo_extra=(
+            "SELECT s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            f"WHERE a.usename = '{CERTIFICATE_ROLE}'"), f"/CN={CERTIFICATE_ROLE}")
+        # Refused: an unknown authority, a name that is not the certificate's, a readable key.
+        wrong_ca = self.server("fleet-tls-wrong", store, conninfo_extra=(
             f"sslmode=verify-full sslrootcert={tls_dir / 'other-ca.crt'}"))
-        refused = wait_for(lambda: "certificate" in (status(wrong)["last_error"] or "")
-                           and status(wrong), 10, "the certificate to be refused")
-        self.assertEqual(refused["state"], "CLAIMING")
-        self.assertIsNone(try_next(wrong)[0])
+        wrong_name = self.server("fleet-tls-wrong-name", store, conninfo_extra=(
+            f"sslmode=verify-full sslrootcert={tls_dir / 'ca.crt'}"))
+        for refused_server in (wrong_ca, wrong_name):
+            refused = wait_for(
+                lambda: "certificate" in (status(refused_server)["last_error"] or "")
+                and status(refused_server), 10, "the certificate to be refused")
+            self.assertEqual(refused["state"], "CLAIMING")
+            self.assertIsNone(try_next(refused_server)[0])
+        self.assertEqual(encrypted_workers(), 4)
+        (tls_dir / "client.key").chmod(0o644)
+        certified.stop()
+        self.assertFalse(certified.start(check=False), "started with a key others can read")
+        self.assertIn("cosid.lease_store", certified.log())
+        self.assertIn("permissions 644", certified.log())
 
     def test_standby_with_a_shared_store_generates_under_its_own_machine_id(self):
         store = self.store()
@@ -158,19 +192,22 @@ def clone_as_standby(source, name, port):
 
 
 def make_certificates(directory):
-    """A CA, a server certificate for localhost signed by it, and an unrelated second CA."""
+    """A CA; a server certificate for the name localhost (not the address 127.0.0.1) and a client
+    certificate for the certificate role, both signed by it; and an unrelated second CA."""
     def run(*args):
         subprocess.run(["openssl", *args], cwd=directory, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for ca in ("ca", "other-ca"):
         run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
             f"/CN=cosid test {ca}", "-keyout", f"{ca}.key", "-out", f"{ca}.crt")
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout",
-        "server.key", "-out", "server.csr")
-    (directory / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.crt")
-    (directory / "server.key").chmod(0o600)
+    (directory / "san.ext").write_text("subjectAltName=DNS:localhost\n")
+    for name, subject, extensions in (("server", "/CN=localhost", ["-extfile", "san.ext"]),
+                                      ("client", f"/CN={CERTIFICATE_ROLE}", [])):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout",
+            f"{name}.key", "-out", f"{name}.csr")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", *extensions, "-out", f"{name}.crt")
+        (directory / f"{name}.key").chmod(0o600)
 
 
 if __name__ == "__main__":
