@@ -60,8 +60,11 @@ class Proxy:
             except OSError:
                 return
             if self.mode == "reset":
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                  b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                try:
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                except OSError:
+                    pass
                 client.close()
                 continue
             if self.mode == "blackhole":
@@ -101,6 +104,10 @@ class Proxy:
 
     def close(self):
         self.closed = True
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept loop
+        except OSError:
+            pass
         self.listener.close()
         self.set_mode("reset")
 

@@ -144,7 +144,12 @@ class Cluster:
     def crash(self):
         """kill -9 of the postmaster and of every process of the server, like a machine crash;
         returns once they are gone."""
+        postmaster = self.postmaster_pid()
         pids = self.processes()
+        # pg_ctl starts the postmaster in a session of its own, so its process group also holds
+        # a backend being forked while the list above was read.
+        if os.getpgid(postmaster) == postmaster:
+            os.killpg(postmaster, signal.SIGKILL)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -152,12 +157,14 @@ class Cluster:
                 pass
         # Gone means reaped: PostgreSQL takes a zombie's pid in postmaster.pid for a live server.
         deadline = time.monotonic() + 20
-        while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        while any(os.path.exists(f"/proc/{pid}") for pid in pids):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: processes survived kill -9")
             time.sleep(0.02)
 
     def worker_pid(self):
-        """The pid of the cosid lease worker (it is not in pg_stat_activity when it leases from
-        another server's store, since it then connects to no database)."""
+        """The pid of the cosid lease worker, found through /proc so that it is found while the
+        server cannot answer queries."""
         for pid in children_of(self.postmaster_pid()):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
@@ -196,7 +203,7 @@ class Cluster:
         result = subprocess.run(
             self.psql_command(db, "-At", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose",
                               "-c", sql),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         if result.returncode != 0:
             raise parse_error(result.stderr)
         return result.stdout.strip()

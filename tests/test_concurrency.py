@@ -4,6 +4,7 @@ shared memory, and generation goes on without a duplicate."""
 
 import os
 import signal
+import subprocess
 import time
 import unittest
 
@@ -17,6 +18,16 @@ SEQUENCE_BITS = 12
 
 def machine_of(value):
     return (value >> SEQUENCE_BITS) & 0x3FF
+
+
+def wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Concurrency(unittest.TestCase):
@@ -60,31 +71,27 @@ class Concurrency(unittest.TestCase):
         postmaster = cluster.postmaster_pid()
         log_before = len(cluster.log())
         with LoopingClients(cluster, clients=8, batch=5_000, batches_per_session=20) as load:
-            deadline = time.monotonic() + 30
-            while load.ids_so_far() < 200_000 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            # A backend found generating may finish its session before the signal reaches it;
-            # then pick another one.
-            killed_at = None
-            while killed_at is None and time.monotonic() < deadline:
-                for victim in cluster.backend_pids("%cosid_next%"):
-                    try:
-                        os.kill(victim, signal.SIGKILL)
-                    except ProcessLookupError:
-                        continue
-                    killed_at = time.monotonic()
-                    break
-            self.assertIsNotNone(killed_at, "no backend was generating")
+            wait_until(lambda: load.ids_so_far() >= 200_000, 30, "ids before the kill")
+            # The victim generates too, and cannot end on its own before the signal reaches it.
+            victim = subprocess.Popen(
+                cluster.psql_command("postgres", "-c", "SELECT count(cosid_next()) "
+                                     "FROM generate_series(1, 1000000000000) AS victim"),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            victim_pid = wait_until(lambda: cluster.backend_pids("%AS victim%"), 10,
+                                    "the victim backend")[0]
+            killed_at = time.monotonic()
+            os.kill(victim_pid, signal.SIGKILL)
+            victim.wait(timeout=30)
             # The postmaster notices, terminates every backend, reinitialises shared memory.
-            while "database system is ready to accept connections" not in \
-                    cluster.log()[log_before:].split("all server processes terminated", 1)[-1] \
-                    and time.monotonic() < deadline:
-                time.sleep(0.05)
+            def reinitialised():
+                log = cluster.log()[log_before:]
+                _, found, after_crash = log.partition("all server processes terminated")
+                return found and "database system is ready to accept connections" in after_crash
+            wait_until(reinitialised, 30, "the reinitialisation")
             cluster.wait_ready()
             recovered_at = time.monotonic()
-            while load.ids_so_far(started_after=recovered_at) < 200_000 \
-                    and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: load.ids_so_far(started_after=recovered_at) >= 200_000, 60,
+                       "ids after the kill")
         sessions = load.sessions
         log = cluster.log()[log_before:]
         self.assertIn("terminated by signal 9", log)

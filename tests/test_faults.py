@@ -84,26 +84,30 @@ class Faults(unittest.TestCase):
                 print(row)
 
     def setUp(self):
-        self.store = start_store("faults-store", 25300, {})
+        # Cleaned up even when setUp itself fails, so that nothing is left running for the next
+        # test.
         self.proxies, self.servers = [], []
+        self.addCleanup(self.stop_everything)
+        self.store = start_store("faults-store", 25300, {})
         for index in range(3):
             proxy = Proxy(self.store.port)
+            self.proxies.append(proxy)
             server = fleet_server(f"faults-{index}", 25310 + 3 * index, self.store.port,
                                   {**FAST, **LAYOUT}, via=proxy)
+            self.servers.append(server)
             server.start()
             server.query("CREATE EXTENSION cosid")
-            self.proxies.append(proxy)
-            self.servers.append(server)
         # Two servers hold the two machine ids; the third waits for one.
         wait_for(lambda: sorted(status(s)["state"] for s in self.servers).count("UP") == 2,
                  15, "two servers to lease")
 
-    def tearDown(self):
+    def stop_everything(self):
         for proxy in self.proxies:
             proxy.close()
         for server in self.servers:
             server.stop(mode="immediate", check=False)
-        self.store.stop(mode="immediate", check=False)
+        if hasattr(self, "store"):
+            self.store.stop(mode="immediate", check=False)
 
     def holders(self):
         return [s for s in self.servers if status(s)["state"] == "UP"]
@@ -252,15 +256,15 @@ class Faults(unittest.TestCase):
         waiting.stop()  # so that nobody takes the machine id while the holder restarts
         ahead = [s for s in self.servers if s is not waiting][0]
         offset = ahead.base / "faketime"
-        offset.write_text("+2.000\n")
+        offset.write_text("+3.000\n")
         chown_to_postgres(offset)
         ahead.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset,
                      "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
         ahead.restart()
         wait_for(lambda: status(ahead)["state"] == "UP", 15, "the skewed server's lease")
         waiting.start()
-        self.run_with_load("clock skew +2 s, handover", ahead.stop, lambda: None, 1.0)
-        # The watermark the skewed server left was 2 s ahead of the taker's clock.
+        self.run_with_load("clock skew +3 s, handover", ahead.stop, lambda: None, 1.0)
+        # The watermark the skewed server left was 3 s ahead of the taker's clock.
         self.assertIn("gave it back", waiting.log())
 
     def test_race_for_the_last_machine_id(self):
@@ -284,7 +288,9 @@ class Faults(unittest.TestCase):
             thread.join()
         for server in racers:
             server.query("CREATE EXTENSION cosid")
-        time.sleep(2)
+        wait_for(lambda: [status(s)["state"] for s in racers].count("UP") >= 1, 15,
+                 "a racer to lease the last machine id")
+        time.sleep(1.5)  # more claim rounds: the loser must still be refused
         states = sorted(status(server)["state"] for server in racers)
         self.assertEqual(states.count("UP"), 1, states)
         self.run_with_load("race for the last id", lambda: None, lambda: None, 1.0)

@@ -72,8 +72,8 @@ class Fleet(unittest.TestCase):
         store = self.store()
         server = self.server("fleet-down", store)
         wait_up(server)
-        store.stop(mode="immediate")
         stopped_at = time.monotonic()
+        store.stop(mode="immediate")
         down = wait_for(lambda: status(server)["state"] == "DOWN" and status(server), 5,
                         "DOWN")
         self.assertTrue(down["last_error"])
@@ -81,7 +81,7 @@ class Fleet(unittest.TestCase):
         self.assertGreater(time.monotonic() - stopped_at, DEADLINE_S - 1.0)
         store.start()
         wait_for(lambda: try_next(server)[0], 10, "generation after the store returns")
-        self.assertEqual(status(server)["state"], "UP")
+        wait_up(server, timeout=5)
 
     def test_tls_with_certificate_checks(self):
         tls_dir = Cluster("fleet-tls", 1).base.parent / "fleet-tls-certs"
@@ -101,15 +101,15 @@ class Fleet(unittest.TestCase):
         good = self.server("fleet-tls-good", store, host="localhost", conninfo_extra=(
             f"sslmode=verify-full sslrootcert={tls_dir / 'ca.crt'}"))
         wait_up(good)
-        self.assertEqual(encrypted_workers(), 1)
+        wait_for(lambda: encrypted_workers() == 1, 5, "1 encrypted worker connections")
         encrypted = self.server("fleet-tls-require", store, conninfo_extra="sslmode=require")
         wait_up(encrypted)
-        self.assertEqual(encrypted_workers(), 2)
+        wait_for(lambda: encrypted_workers() == 2, 5, "2 encrypted worker connections")
         # verify-ca checks the authority only, so the address is accepted.
         by_address = self.server("fleet-tls-verify-ca", store, form="url", conninfo_extra=(
             f"sslmode=verify-ca sslrootcert={tls_dir / 'ca.crt'}"))
         wait_up(by_address)
-        self.assertEqual(encrypted_workers(), 3)
+        wait_for(lambda: encrypted_workers() == 3, 5, "3 encrypted worker connections")
         # A client certificate instead of a password; its key must be private.
         certified = self.server("fleet-tls-client-cert", store, conninfo_extra=(
             f"user={CERTIFICATE_ROLE} sslmode=verify-full host=localhost "
@@ -130,7 +130,7 @@ class Fleet(unittest.TestCase):
                 and status(refused_server), 10, "the certificate to be refused")
             self.assertEqual(refused["state"], "CLAIMING")
             self.assertIsNone(try_next(refused_server)[0])
-        self.assertEqual(encrypted_workers(), 4)
+        wait_for(lambda: encrypted_workers() == 4, 5, "4 encrypted worker connections")
         (tls_dir / "client.key").chmod(0o644)
         certified.stop()
         self.assertFalse(certified.start(check=False), "started with a key others can read")

@@ -32,7 +32,7 @@ class SqlSurface(unittest.TestCase):
             passed, output = pg_regress(cluster, test)
             self.assertTrue(passed, output)
         finally:
-            cluster.stop()
+            cluster.stop(check=False)
 
     def test_preloaded_server(self):
         self.run_golden("surface", "regress-preloaded", 25110, settings={"cosid.distributor": "manual",
