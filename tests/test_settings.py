@@ -105,8 +105,11 @@ class Settings(unittest.TestCase):
                             'FATAL:  invalid value for parameter "cosid.lease_store"',
                             "sslrootcert must name the certificate")
         self.assert_refused({"cosid.distributor": "lease",
-                             "cosid.lease_store": "'postgresql://store/cosid'"},
-                            "A URL is not accepted: use the key=value form")
+                             "cosid.lease_store": "'postgresql://store/cosid?sslmode'"},
+                            'The URL parameter "sslmode" has no value')
+        self.assert_refused({"cosid.distributor": "lease",
+                             "cosid.lease_store": "'host=store sslmode=require sslcert=/c.crt'"},
+                            "sslcert and sslkey must be given together")
 
     def test_unset_machine_id_refuses_to_generate_and_says_why(self):
         started, log = self.start_with({})
