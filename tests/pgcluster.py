@@ -6,10 +6,12 @@ Only the standard library is used, plus Debian's PostgreSQL 15 binaries.
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,6 +96,7 @@ class Cluster:
             "max_connections": 250,
             "restart_after_crash": "on",
             "log_line_prefix": "'%m [%p] '",
+            "log_timezone": "'UTC'",
         }
         if not self.durable:
             lines.update({"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
@@ -173,6 +176,49 @@ class Cluster:
             except OSError:
                 continue
         return None
+
+    def put_worker_on_faked_clock(self, offset_s, timeout=30):
+        """Under PostgreSQL 15 the postmaster forks the lease worker inside a signal handler, where
+        libfaketime leaves the child on the real clock; a worker started again from the
+        postmaster's main loop runs on the server's faked clock like its backends. Restarts the
+        worker until one dates its log lines `offset_s` from the real clock; returns its pid.
+        For clocks ahead only: the postmaster times a restart from when the old worker exited,
+        read on the real clock in its signal handler, against its faked clock in the main loop,
+        so a clock behind delays the restart by as much."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.restart_worker()
+            while self.clock_offset_of(pid) is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            offset = self.clock_offset_of(pid)
+            if offset is not None and abs(offset - offset_s) < 1.0:
+                return pid
+        raise TimeoutError(f"{self.name}: no lease worker on the faked clock after {timeout} s")
+
+    def restart_worker(self, timeout=15):
+        """Terminates the lease worker, and returns the pid of the one the postmaster starts in
+        its place."""
+        old = self.worker_pid()
+        self.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                   "WHERE backend_type = 'cosid lease worker'")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.worker_pid()
+            if pid is not None and pid != old:
+                return pid
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name}: no new lease worker after {timeout} s")
+
+    def clock_offset_of(self, pid):
+        """How far ahead of the real clock process `pid` dated its latest log line (the log line
+        prefix holds the time the process read from its own clock), in seconds; None before it
+        logged anything."""
+        stamps = re.findall(rf"^(\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{{3}}) UTC \[{pid}\]",
+                            self.log(), re.M)
+        if not stamps:
+            return None
+        logged = datetime.strptime(stamps[-1], "%Y-%m-%d %H:%M:%S.%f")
+        return logged.replace(tzinfo=timezone.utc).timestamp() - time.time()
 
     def log(self):
         return self.logfile.read_text(errors="replace") if self.logfile.exists() else ""

@@ -249,8 +249,8 @@ class Faults(unittest.TestCase):
                            lambda: proxy.set_mode("pass"), SAFE_GUARD_S + 2)
 
     def test_clock_skew_a_server_ahead_hands_its_machine_id_over(self):
-        # One holder runs 2 s ahead (libfaketime, a timestamp file of its own): its ids are dated
-        # in the future. When it stops, the waiting server, on the real clock, may not issue with
+        # One holder runs 3 s ahead (libfaketime, a timestamp file of its own), backends and
+        # worker: its ids are dated in the future. When it stops, the waiting server, on the real clock, may not issue with
         # that machine id before the last of those dates.
         waiting = [s for s in self.servers if status(s)["state"] != "UP"][0]
         waiting.stop()  # so that nobody takes the machine id while the holder restarts
@@ -262,6 +262,8 @@ class Faults(unittest.TestCase):
                      "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
         ahead.restart()
         wait_for(lambda: status(ahead)["state"] == "UP", 15, "the skewed server's lease")
+        ahead.put_worker_on_faked_clock(3.0)
+        wait_for(lambda: status(ahead)["state"] == "UP", 15, "the skewed worker's lease")
         waiting.start()
         self.run_with_load("clock skew +3 s, handover", ahead.stop, lambda: None, 1.0)
         # The watermark the skewed server left was 3 s ahead of the taker's clock.
