@@ -191,7 +191,7 @@ class Cluster:
             while self.clock_offset_of(pid) is None and time.monotonic() < deadline:
                 time.sleep(0.05)
             offset = self.clock_offset_of(pid)
-            if offset is not None and abs(offset - offset_s) < 1.0:
+            if offset is not None and abs(offset - offset_s) < 0.5:
                 return pid
         raise TimeoutError(f"{self.name}: no lease worker on the faked clock after {timeout} s")
 

@@ -248,26 +248,51 @@ class Faults(unittest.TestCase):
         self.run_with_load("partition, mixed safe guards", lambda: proxy.set_mode("blackhole"),
                            lambda: proxy.set_mode("pass"), SAFE_GUARD_S + 2)
 
+    def skew(self, server, offset_s):
+        """Restarts `server` with its wall clock `offset_s` ahead (libfaketime, a timestamp file
+        of its own), backends and worker, and leasing again; returns a function that moves its
+        clock to another offset while it runs."""
+        offset = server.base / "faketime"
+
+        def set_offset(seconds):
+            offset.write_text(f"{seconds:+.3f}\n")
+            chown_to_postgres(offset)
+        set_offset(offset_s)
+        server.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset,
+                      "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+        server.restart()
+        wait_for(lambda: status(server)["state"] == "UP", 15, "the skewed server's lease")
+        server.put_worker_on_faked_clock(offset_s)
+        wait_for(lambda: status(server)["state"] == "UP", 15, "the skewed worker's lease")
+        return set_offset
+
     def test_clock_skew_a_server_ahead_hands_its_machine_id_over(self):
-        # One holder runs 3 s ahead (libfaketime, a timestamp file of its own), backends and
-        # worker: its ids are dated in the future. When it stops, the waiting server, on the real clock, may not issue with
-        # that machine id before the last of those dates.
+        # One holder runs 3 s ahead: its ids are dated in the future. When it stops, the waiting
+        # server, on the real clock, may not issue with that machine id before the last of
+        # those dates.
         waiting = [s for s in self.servers if status(s)["state"] != "UP"][0]
         waiting.stop()  # so that nobody takes the machine id while the holder restarts
         ahead = [s for s in self.servers if s is not waiting][0]
-        offset = ahead.base / "faketime"
-        offset.write_text("+3.000\n")
-        chown_to_postgres(offset)
-        ahead.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset,
-                     "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-        ahead.restart()
-        wait_for(lambda: status(ahead)["state"] == "UP", 15, "the skewed server's lease")
-        ahead.put_worker_on_faked_clock(3.0)
-        wait_for(lambda: status(ahead)["state"] == "UP", 15, "the skewed worker's lease")
+        self.skew(ahead, 3.0)
         waiting.start()
         self.run_with_load("clock skew +3 s, handover", ahead.stop, lambda: None, 1.0)
         # The watermark the skewed server left was 3 s ahead of the taker's clock.
         self.assertIn("gave it back", waiting.log())
+
+    def test_clock_steps_forward_then_back_on_a_holder(self):
+        # A holder's clock (backends and worker) jumps 2 s ahead, then back: its ids dated in
+        # the future must not be repeated once its clock is behind them again, and its watermark
+        # keeps covering them for whoever takes its machine id next.
+        waiting = [s for s in self.servers if status(s)["state"] != "UP"][0]
+        waiting.stop()
+        stepper = [s for s in self.servers if s is not waiting][0]
+        set_offset = self.skew(stepper, 1.5)
+        waiting.start()
+        self.run_with_load("clock steps +2 s, then back", lambda: set_offset(3.5),
+                           lambda: set_offset(1.5), 2.0)
+        self.assertGreater(int(stepper.query(
+            "SELECT clock_backwards_waits + clock_backwards_errors FROM cosid.status")), 0,
+            "the step back went unnoticed")
 
     def test_race_for_the_last_machine_id(self):
         waiting = [s for s in self.servers if status(s)["state"] != "UP"][0]
