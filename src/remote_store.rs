@@ -285,7 +285,8 @@ impl RemoteStore {
         let session = format!(
             "SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
              SET idle_in_transaction_session_timeout = {ms}; \
-             SET default_transaction_isolation = 'read committed'",
+             SET default_transaction_isolation = 'read committed'; \
+             SET synchronous_commit = on",
             ms = self.timeout.as_millis().max(1)
         );
         let client = if self.conninfo.tls == TlsCheck::None

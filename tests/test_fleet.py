@@ -83,6 +83,18 @@ class Fleet(unittest.TestCase):
         wait_for(lambda: try_next(server)[0], 10, "generation after the store returns")
         wait_up(server, timeout=5)
 
+    def test_a_claim_survives_a_store_crash_whatever_the_store_commits_with(self):
+        # The store acknowledges commits before they are on disk, and flushes them only every
+        # 10 s: a claim must still survive the store's crash right after it.
+        store = self.store(synchronous_commit="off", wal_writer_delay="'10s'")
+        server = self.server("fleet-durable", store)
+        claimed = wait_up(server)
+        store.crash()
+        store.start()
+        self.assertEqual(store.rows("SELECT machine_id, instance_id FROM cosid.machine_lease "
+                                    "WHERE state = 'claimed'"),
+                         [[claimed["machine_id"], claimed["instance_id"]]])
+
     def test_tls_with_certificate_checks(self):
         tls_dir = Cluster("fleet-tls", 1).base.parent / "fleet-tls-certs"
         tls_dir.mkdir(parents=True, exist_ok=True)
