@@ -11,6 +11,7 @@ import unittest
 from clients import (LoopingClients, concurrent_sessions, copy_ids, duplicates,
                      sessions_not_increasing)
 from pgcluster import Cluster, free_port
+from test_lease import wait_for
 
 MACHINE_ID = 9
 SEQUENCE_BITS = 12
@@ -18,16 +19,6 @@ SEQUENCE_BITS = 12
 
 def machine_of(value):
     return (value >> SEQUENCE_BITS) & 0x3FF
-
-
-def wait_until(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Concurrency(unittest.TestCase):
@@ -71,13 +62,13 @@ class Concurrency(unittest.TestCase):
         postmaster = cluster.postmaster_pid()
         log_before = len(cluster.log())
         with LoopingClients(cluster, clients=8, batch=5_000, batches_per_session=20) as load:
-            wait_until(lambda: load.ids_so_far() >= 200_000, 30, "ids before the kill")
+            wait_for(lambda: load.ids_so_far() >= 200_000, 30, "ids before the kill")
             # The victim generates too, and cannot end on its own before the signal reaches it.
             victim = subprocess.Popen(
                 cluster.psql_command("postgres", "-c", "SELECT count(cosid_next()) "
                                      "FROM generate_series(1, 1000000000000) AS victim"),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            victim_pid = wait_until(lambda: cluster.backend_pids("%AS victim%"), 10,
+            victim_pid = wait_for(lambda: cluster.backend_pids("%AS victim%"), 10,
                                     "the victim backend")[0]
             killed_at = time.monotonic()
             os.kill(victim_pid, signal.SIGKILL)
@@ -87,10 +78,10 @@ class Concurrency(unittest.TestCase):
                 log = cluster.log()[log_before:]
                 _, found, after_crash = log.partition("all server processes terminated")
                 return found and "database system is ready to accept connections" in after_crash
-            wait_until(reinitialised, 30, "the reinitialisation")
+            wait_for(reinitialised, 30, "the reinitialisation")
             cluster.wait_ready()
             recovered_at = time.monotonic()
-            wait_until(lambda: load.ids_so_far(started_after=recovered_at) >= 200_000, 60,
+            wait_for(lambda: load.ids_so_far(started_after=recovered_at) >= 200_000, 60,
                        "ids after the kill")
         sessions = load.sessions
         log = cluster.log()[log_before:]
