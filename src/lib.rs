@@ -2,17 +2,20 @@
 //!
 //! `_PG_init` only wires the pieces together; see the modules for the parts:
 //! pure logic in the `cosid-core` crate (`core/`), the server side in `guc`, `shmem`, `clock`,
-//! `sql`, and for leased machine ids `worker`, `lease_store` (local) and `remote_store` (shared).
+//! `sql`, `local_state` and `state_worker` (the durable floor of a fixed machine id), and for
+//! leased machine ids `worker`, `lease_store` (local) and `remote_store` (shared).
 
-pub use cosid_core::{conninfo, distributor, generator, layout, lease};
+pub use cosid_core::{conninfo, distributor, generator, layout, lease, state_file};
 
 mod clock;
 mod error;
 mod guc;
 mod lease_store;
+mod local_state;
 mod remote_store;
 mod shmem;
 mod sql;
+mod state_worker;
 mod worker;
 
 use error::{CosidError, OrRaise};
@@ -39,7 +42,7 @@ pub extern "C-unwind" fn _PG_init() {
         .hint(why.hint())
         .log(PgLogLevel::WARNING),
         guc::MachineSource::Leased(_) => worker::register(),
-        guc::MachineSource::Fixed(_) => {}
+        guc::MachineSource::Fixed(_) => state_worker::register(),
     }
     shmem::init(settings);
 }

@@ -35,8 +35,9 @@
 //! *Crashes.* When any backend dies abnormally, the postmaster throws the segment away and runs
 //! the startup hook again on a fresh one. Nothing here survives that: the hook rebuilds every slot
 //! from the settings. A re-opened generator's floor is the current tick, so it issues nothing in
-//! the tick in which the server was reinitialised, nor in any earlier one (unless the clock has
-//! been stepped back, which is what the lease watermark is for).
+//! the tick in which the server was reinitialised, nor in any earlier one; a clock stepped back
+//! meanwhile is covered by the lease watermark, or for a fixed machine id by the floor in the
+//! local state file (`local_state.rs`).
 
 use crate::distributor::DistributorKind;
 use crate::error::CosidError;
@@ -317,7 +318,12 @@ fn fresh_state() -> SharedState {
             let now_ticks = layout
                 .unix_ms_to_ticks(crate::clock::unix_ms_now())
                 .unwrap_or(0);
-            slot.state.open(layout, *machine_id, now_ticks);
+            // The durable floor the state writer left: ids issued before a crash stay below
+            // everything issued after it, even if the clock was stepped back meanwhile.
+            let floor_ticks = crate::local_state::floor_ms(&settings.namespace, *machine_id)
+                .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())
+                .map_or(now_ticks, |floor| floor.max(now_ticks));
+            slot.state.open(layout, *machine_id, floor_ticks);
             slot.lease.set_state(LeaseState::Up);
         }
         MachineSource::Missing(_) => slot.lease.set_state(LeaseState::Stopped),

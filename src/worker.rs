@@ -13,6 +13,7 @@ use crate::guc::{self, LeaseSettings, MachineSource};
 use crate::layout::Layout;
 use crate::lease::{watermark_wait, LeaseState, LeaseTiming, WatermarkWait};
 use crate::lease_store::{ClaimOutcome, Holder, LeaseStore, LocalStore, Readiness};
+use crate::local_state;
 use crate::remote_store::RemoteStore;
 use crate::shmem::{self, GeneratorSlot, LeaseProblem};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
@@ -97,7 +98,7 @@ struct Worker {
     last_logged: String,
 }
 
-fn shutdown_requested() -> bool {
+pub fn shutdown_requested() -> bool {
     // SAFETY: a plain read of a flag set by the SIGTERM handler.
     unsafe { pg_sys::ShutdownRequestPending != 0 }
 }
@@ -427,13 +428,9 @@ impl Worker {
         if !self.holder.stable {
             return store_watermark_ms;
         }
-        match read_state_file() {
-            Some((namespace, id, floor_ms))
-                if namespace == self.holder.namespace && id == machine_id =>
-            {
-                store_watermark_ms.max(floor_ms)
-            }
-            _ => store_watermark_ms,
+        match local_state::floor_ms(&self.holder.namespace, machine_id) {
+            Some(floor_ms) => store_watermark_ms.max(floor_ms),
+            None => store_watermark_ms,
         }
     }
 
@@ -539,15 +536,16 @@ impl Worker {
             return;
         };
         self.next_state_write_ms = boottime_ms() + guc::local_state_interval_ms();
-        let line = format!(
-            "{}\t{machine_id}\t{}\n",
-            self.holder.namespace,
-            self.last_issued_ms() + pad_ms as i64
+        let record = local_state::record(
+            &self.holder.namespace,
+            machine_id,
+            self.last_issued_ms(),
+            pad_ms,
         );
-        if let Err(why) = write_file_durably(STATE_FILE, line.as_bytes()) {
+        if let Err(why) = local_state::write(&record) {
             self.log_change(
                 PgLogLevel::WARNING,
-                format!("cosid: could not write the state file \"{STATE_FILE}\": {why}"),
+                format!("cosid: could not write the state file \"cosid.state\": {why}"),
             );
         }
     }
@@ -579,28 +577,6 @@ impl Worker {
         lease.set_state(LeaseState::Stopped);
         lease.set_problem(LeaseProblem::ShuttingDown);
     }
-}
-
-/// In the data directory, the worker's working directory.
-const STATE_FILE: &str = "cosid.state";
-
-fn write_file_durably(path: &str, contents: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let temporary = format!("{path}.tmp");
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)?;
-    std::fs::File::open(".")?.sync_all()
-}
-
-fn read_state_file() -> Option<(String, u32, i64)> {
-    let text = std::fs::read_to_string(STATE_FILE).ok()?;
-    let mut fields = text.trim_end().split('\t');
-    let namespace = fields.next()?.to_string();
-    let machine_id = fields.next()?.parse().ok()?;
-    let last_ms = fields.next()?.parse().ok()?;
-    Some((namespace, machine_id, last_ms))
 }
 
 fn sleep_unless_shutdown(ms: u64) {

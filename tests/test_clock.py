@@ -123,5 +123,46 @@ class ClockFaults(unittest.TestCase):
         self.assert_no_duplicates()
 
 
+class FixedMachineIdAcrossACrash(unittest.TestCase):
+    """A fixed machine id has no lease watermark: its floor after a crash is the local state
+    file the state writer keeps."""
+
+    def test_clock_stepped_back_across_a_crash_is_refused_until_the_floor(self):
+        cluster = Cluster("manual-floor", free_port(25175), {
+            "cosid.distributor": "manual", "cosid.machine_id": 5,
+            "cosid.local_state_interval": "'200ms'"}, durable=True).init()
+        self.addCleanup(cluster.stop, mode="immediate", check=False)
+        offset_file = cluster.base / "faketime"
+        offset_file.write_text("+0.000\n")
+        chown_to_postgres(offset_file)
+        cluster.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset_file,
+                       "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        wait_for(lambda: (cluster.data / "cosid.state").exists(), 5, "the state file")
+        before = run_session(cluster, 0, [copy_ids(20_000)])
+        self.assertEqual(before.error, "")
+        # A machine crash right after the last id, and the clock 5 s behind at the restart.
+        cluster.crash()
+        offset_file.write_text("-5.000\n")
+        cluster.start()
+        refused = None
+        deadline = time.monotonic() + 20
+        while True:
+            value, sqlstate = try_next(cluster)
+            if value is not None:
+                break
+            self.assertLess(time.monotonic(), deadline, "never generated again")
+            self.assertEqual(sqlstate, "55000")
+            refused = sqlstate
+            time.sleep(0.05)
+        self.assertEqual(refused, "55000", "an id was issued with the clock behind the floor")
+        after = run_session(cluster, 1, [copy_ids(20_000)])
+        self.assertEqual(after.error, "")
+        self.assertGreater(value, max(before.ids))
+        self.assertGreater(min(after.ids), value)
+        self.assertEqual(duplicates([before, after]), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

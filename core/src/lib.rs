@@ -1,6 +1,6 @@
 //! cosid's pure logic, with no PostgreSQL calls: the id layout and its text forms, the lock-free
-//! generator state machine, the machine-id distributors that need no store, and the lease
-//! timing policy. The extension
+//! generator state machine, the machine-id distributors that need no store, the lease
+//! timing policy, and the floor of the local state file. The extension
 //! (`src/` at the top of the repository) wraps these for SQL; everything here is unit-tested on its
 //! own with `cargo test -p cosid-core`.
 
@@ -9,3 +9,4 @@ pub mod distributor;
 pub mod generator;
 pub mod layout;
 pub mod lease;
+pub mod state_file;

@@ -1,0 +1,68 @@
+//! The background worker that keeps the durable floor of a fixed machine id (`manual`,
+//! `stateful_set`): every `cosid.local_state_interval` it writes the last timestamp issued to the
+//! local state file, and once more at shutdown. After a crash and a restart, the shared-memory
+//! startup hook opens the generator above that floor, so that a clock stepped back across the
+//! crash is refused (or waited out) instead of repeating ids. A leased machine id has the lease
+//! watermark for that, and the lease worker instead.
+
+use crate::local_state;
+use crate::shmem;
+use crate::worker::shutdown_requested;
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::time::Duration;
+
+/// Registers the worker; only while preloading.
+pub fn register() {
+    BackgroundWorkerBuilder::new("cosid state writer")
+        .set_type("cosid state writer")
+        .set_library("cosid")
+        .set_function("cosid_state_worker_main")
+        .set_start_time(pgrx::bgworkers::BgWorkerStartTime::PostmasterStart)
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .load();
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let (Some(settings), Ok(slot)) = (shmem::server_settings(), shmem::default_generator()) else {
+        return;
+    };
+    let layout = settings.config.layout;
+    let namespace = settings.namespace.as_str();
+    let mut failing = false;
+    loop {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: reloading the configuration file is what a process does on SIGHUP.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        let interval_ms = crate::guc::local_state_interval_ms();
+        let shutting_down = shutdown_requested();
+        if let Some(parts) = layout.decompose(slot.state.last_word()) {
+            let last_ms = layout.ticks_to_unix_ms(parts.ticks);
+            // Padded at shutdown too: backends may still be issuing ids until they are gone.
+            let record = local_state::record(namespace, parts.machine_id, last_ms, interval_ms);
+            match local_state::write(&record) {
+                Ok(()) => failing = false,
+                Err(why) if !failing => {
+                    failing = true;
+                    warning!("cosid: could not write the state file \"cosid.state\": {why}");
+                }
+                Err(_) => {}
+            }
+        }
+        if shutting_down {
+            break;
+        }
+        let woke = BackgroundWorker::wait_latch(Some(Duration::from_millis(interval_ms.max(1))));
+        if !woke && !shutdown_requested() {
+            break; // the postmaster died: nobody to write for
+        }
+    }
+    // Exit code 1, as the lease worker: restarted if it was terminated on its own.
+    // SAFETY: proc_exit runs PostgreSQL's exit callbacks and ends the process.
+    unsafe { pg_sys::proc_exit(1) };
+}
