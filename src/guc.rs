@@ -197,7 +197,7 @@ fn define_lease_reloadable() {
     );
     GucRegistry::define_int_guc(
         c"cosid.local_state_interval",
-        c"How often a stable instance writes its last timestamp to its state file.",
+        c"How often a stable instance, or a fixed machine id, writes its last timestamp to the local state file.",
         c"",
         &LOCAL_STATE_INTERVAL,
         1,

@@ -10,19 +10,36 @@ use crate::state_file::{StateRecord, Written};
 const STATE_FILE: &str = "cosid.state";
 
 /// The record for `last_ms`, the last timestamp issued, with `pad_ms` for what may be issued
-/// before the next write.
+/// before the next write (after a reboot, the only cover ids issued after this write have).
 pub fn record(namespace: &str, machine_id: u32, last_ms: i64, pad_ms: u64) -> StateRecord {
     let boot_id = boot_id();
+    // The boot-time clock first: the wall reading is then no earlier than the moment it stands
+    // for, and the floor computed from the two is never too low.
+    let boot_ms = boottime_ms();
+    let wall_ms = unix_ms_now();
     StateRecord {
         namespace: namespace.to_string(),
         machine_id,
-        floor_ms: last_ms.saturating_add(pad_ms.min(i64::MAX as u64) as i64),
+        floor_ms: last_ms
+            .max(wall_ms)
+            .saturating_add(pad_ms.min(i64::MAX as u64 / 2) as i64),
         written: (!boot_id.is_empty()).then(|| Written {
             last_ms,
-            wall_ms: unix_ms_now(),
-            boot_ms: boottime_ms(),
+            wall_ms,
+            boot_ms,
             boot_id,
         }),
+    }
+}
+
+/// The record written once the generator is closed: nothing can be issued after `last_ms`, so
+/// the floor is exact, whatever the clocks say later.
+pub fn final_record(namespace: &str, machine_id: u32, last_ms: i64) -> StateRecord {
+    StateRecord {
+        namespace: namespace.to_string(),
+        machine_id,
+        floor_ms: last_ms,
+        written: None,
     }
 }
 

@@ -530,18 +530,18 @@ impl Worker {
     }
 
     /// Writes the floor a restart must honour: the last timestamp issued, plus `pad_ms` for
-    /// what may be issued before the next write.
+    /// what may be issued before the next write; with `pad_ms` 0 (the generator is closed), the
+    /// exact last timestamp.
     fn write_state_file(&mut self, pad_ms: u64) {
         let Some((machine_id, _)) = self.slot.lease.held() else {
             return;
         };
         self.next_state_write_ms = boottime_ms() + guc::local_state_interval_ms();
-        let record = local_state::record(
-            &self.holder.namespace,
-            machine_id,
-            self.last_issued_ms(),
-            pad_ms,
-        );
+        let namespace = &self.holder.namespace;
+        let record = match pad_ms {
+            0 => local_state::final_record(namespace, machine_id, self.last_issued_ms()),
+            _ => local_state::record(namespace, machine_id, self.last_issued_ms(), pad_ms),
+        };
         if let Err(why) = local_state::write(&record) {
             self.log_change(
                 PgLogLevel::WARNING,

@@ -165,13 +165,13 @@ class Cluster:
                 raise RuntimeError(f"{self.name}: processes survived kill -9")
             time.sleep(0.02)
 
-    def worker_pid(self):
-        """The pid of the cosid lease worker, found through /proc so that it is found while the
-        server cannot answer queries."""
+    def worker_pid(self, name="cosid lease worker"):
+        """The pid of a cosid background worker, found through /proc so that it is found while
+        the server cannot answer queries."""
         for pid in children_of(self.postmaster_pid()):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                    if b"cosid lease worker" in cmdline.read():
+                    if name.encode() in cmdline.read():
                         return pid
             except OSError:
                 continue

@@ -3,6 +3,8 @@ own (the monotonic clocks stay real), while clients record every id. A small ste
 out, a large one is refused, and a step back across a restart waits for the lease's watermark or
 gives the machine id back. Zero duplicates in every case."""
 
+import os
+import signal
 import time
 import unittest
 from pathlib import Path
@@ -124,30 +126,32 @@ class ClockFaults(unittest.TestCase):
 
 
 class FixedMachineIdAcrossACrash(unittest.TestCase):
-    """A fixed machine id has no lease watermark: its floor after a crash is the local state
-    file the state writer keeps."""
+    """A fixed machine id has no lease watermark: its floor after a crash comes from the local
+    state file the state writer keeps. Each test kills the whole server right after its last id
+    and restarts it with the clock seconds behind: nothing may be issued until the clock has passed
+    every id issued before the crash."""
 
-    def test_clock_stepped_back_across_a_crash_is_refused_until_the_floor(self):
-        cluster = Cluster("manual-floor", free_port(25175), {
+    def setUp(self):
+        self.cluster = Cluster(self.id().rsplit(".", 1)[-1][:40], free_port(25175), {
             "cosid.distributor": "manual", "cosid.machine_id": 5,
             "cosid.local_state_interval": "'200ms'"}, durable=True).init()
-        self.addCleanup(cluster.stop, mode="immediate", check=False)
-        offset_file = cluster.base / "faketime"
-        offset_file.write_text("+0.000\n")
-        chown_to_postgres(offset_file)
-        cluster.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset_file,
-                       "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
-        cluster.start()
-        cluster.query("CREATE EXTENSION cosid")
-        wait_for(lambda: (cluster.data / "cosid.state").exists(), 5, "the state file")
-        before = run_session(cluster, 0, [copy_ids(20_000)])
-        self.assertEqual(before.error, "")
-        # A machine crash right after the last id, and the clock 5 s behind at the restart.
+        self.addCleanup(self.cluster.stop, mode="immediate", check=False)
+        self.offset_file = self.cluster.base / "faketime"
+        self.offset_file.write_text("+0.000\n")
+        chown_to_postgres(self.offset_file)
+        self.cluster.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": self.offset_file,
+                            "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
+        self.cluster.start()
+        self.cluster.query("CREATE EXTENSION cosid")
+        wait_for(lambda: (self.cluster.data / "cosid.state").exists(), 5, "the state file")
+
+    def crash_and_restart_behind(self, before, seconds):
+        cluster = self.cluster
         cluster.crash()
-        offset_file.write_text("-5.000\n")
+        self.offset_file.write_text(f"{-seconds:+.3f}\n")
         cluster.start()
         refused = None
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + seconds + 15
         while True:
             value, sqlstate = try_next(cluster)
             if value is not None:
@@ -157,12 +161,31 @@ class FixedMachineIdAcrossACrash(unittest.TestCase):
             refused = sqlstate
             time.sleep(0.05)
         self.assertEqual(refused, "55000", "an id was issued with the clock behind the floor")
-        after = run_session(cluster, 1, [copy_ids(20_000)])
+        after = run_session(cluster, 1, [copy_ids(2_000)])
         self.assertEqual(after.error, "")
         self.assertGreater(value, max(before.ids))
         self.assertGreater(min(after.ids), value)
         self.assertEqual(duplicates([before, after]), 0)
 
+    def test_ids_after_the_last_write_are_covered(self):
+        # Idle for several intervals, then a short burst and the crash: the record holds the time
+        # of its write, not only the last id, which is old.
+        time.sleep(1)
+        before = run_session(self.cluster, 0, [copy_ids(100)])
+        self.assertEqual(before.error, "")
+        self.crash_and_restart_behind(before, 5)
+
+    def test_a_stalled_state_writer_still_leaves_a_floor_above_every_id(self):
+        # The writer stops writing; ids are issued long after its last record (more than the
+        # interval it pads with). In the same boot, the boot-time clock since that record covers
+        # them.
+        writer = self.cluster.worker_pid("cosid state writer")
+        self.assertIsNotNone(writer)
+        os.kill(writer, signal.SIGSTOP)
+        time.sleep(1.5)
+        before = run_session(self.cluster, 0, [copy_ids(2_000)])
+        self.assertEqual(before.error, "")
+        self.crash_and_restart_behind(before, 5)
 
 if __name__ == "__main__":
     unittest.main()

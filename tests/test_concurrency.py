@@ -80,7 +80,7 @@ class Concurrency(unittest.TestCase):
                 return found and "database system is ready to accept connections" in after_crash
             wait_for(reinitialised, 30, "the reinitialisation")
             cluster.wait_ready()
-            recovered_at = time.monotonic()
+            recovered_at, recovered_wall = time.monotonic(), time.time()
             wait_for(lambda: load.ids_so_far(started_after=recovered_at) >= 200_000, 60,
                        "ids after the kill")
         sessions = load.sessions
@@ -96,6 +96,10 @@ class Concurrency(unittest.TestCase):
         # The floor the state writer left costs nothing after a crash with a clock that was not
         # stepped back: sessions after the reinitialisation are all served.
         self.assertEqual([s.error for s in after if s.error], [])
+        # The state writer was started again and keeps the floor.
+        state_file = cluster.data / "cosid.state"
+        wait_for(lambda: state_file.stat().st_mtime > recovered_wall, 5,
+                 "the state file to be written after the reinitialisation")
         total = sum(len(s.ids) for s in sessions)
         self.assertEqual(duplicates(sessions), 0)
         self.assertEqual(sessions_not_increasing(sessions), [])

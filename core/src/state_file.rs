@@ -2,19 +2,24 @@
 //! honour for the machine id it last used, when no lease watermark says more. Pure: the caller
 //! reads and writes the file, and passes the clocks in.
 //!
-//! A record says: this server had issued ids up to `last_ms`, and may issue up to `floor_ms`
-//! (`last_ms` plus the write interval) before the next record. It also says when it was written,
-//! on the wall clock and on the boot-time clock, and in which boot. After a restart in the same
-//! boot, the boot-time clock measures how long ago that was, so an ordinary crash costs no wait:
-//! a clock that has not been stepped back is already past everything issued since. After a
-//! reboot, only the padded floor is known.
+//! A record says: this server had issued ids up to `last_ms`, and expects to issue nothing
+//! dated after `floor_ms` (the later of `last_ms` and the wall clock at the write, plus the write
+//! interval) before the next record. It also says when it was written, on the wall clock and on
+//! the boot-time clock, and in which boot.
+//!
+//! After a restart in the same boot, the boot-time clock measures how long ago the write was, and
+//! every id issued since is dated no later than the wall clock at the write plus that time (plus
+//! the drift a disciplined clock may gain), unless the clock was stepped forward meanwhile. That
+//! holds however late the next write was, and an ordinary crash costs no wait: a clock that has
+//! not been stepped back is already there. After a reboot, only the padded floor is known.
 
 /// One line of the state file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateRecord {
     pub namespace: String,
     pub machine_id: u32,
-    /// The last timestamp issued, plus what may be issued before the next write.
+    /// The later of the last timestamp issued and the wall clock at the write, plus the write
+    /// interval.
     pub floor_ms: i64,
     pub written: Option<Written>,
 }
@@ -50,9 +55,14 @@ impl StateRecord {
         }
     }
 
-    /// `None` for anything that is not a record: a torn or foreign file is no floor at all.
+    /// `None` for anything that is not exactly one record: a torn or foreign file is no floor
+    /// at all.
     pub fn parse(text: &str) -> Option<StateRecord> {
-        let mut fields = text.trim_end_matches('\n').split('\t');
+        let line = text.strip_suffix('\n')?;
+        if line.contains(['\n', '\r']) {
+            return None;
+        }
+        let mut fields = line.split('\t');
         let namespace = fields.next()?.to_string();
         let machine_id = fields.next()?.parse().ok()?;
         let floor_ms = fields.next()?.parse().ok()?;
@@ -78,15 +88,16 @@ impl StateRecord {
     /// The floor to honour now for this record's machine id: nothing may be issued at or
     /// before it.
     ///
-    /// In the boot that wrote the record, the ids issued after it are dated no later than the
-    /// wall clock at the write plus the time elapsed since, unless the clock was stepped forward
-    /// meanwhile; the padded floor caps that. Otherwise the padded floor is all there is.
+    /// In the boot that wrote the record: the wall clock at the write plus the time elapsed
+    /// since on the boot-time clock, with 1 ms per second for drift and 2 ms for the truncation
+    /// of the two readings, and never below what was issued before the write. Otherwise the
+    /// padded floor is all there is.
     pub fn floor_now_ms(&self, now_boot_ms: u64, boot_id: &str) -> i64 {
         match &self.written {
             Some(w) if w.boot_id == boot_id && now_boot_ms >= w.boot_ms => {
-                let elapsed = (now_boot_ms - w.boot_ms).min(i64::MAX as u64) as i64;
-                w.last_ms
-                    .max(self.floor_ms.min(w.wall_ms.saturating_add(elapsed)))
+                let elapsed = (now_boot_ms - w.boot_ms).min(i64::MAX as u64 / 2) as i64;
+                let since_write = elapsed + elapsed / 1_000 + 2;
+                w.last_ms.max(w.wall_ms.saturating_add(since_write))
             }
             _ => self.floor_ms,
         }
@@ -120,11 +131,14 @@ mod tests {
         assert_eq!(StateRecord::parse(&old.to_line()), Some(old));
         for torn in [
             "",
-            "orders",
-            "orders\t7",
-            "orders\tx\t1",
-            "orders\t7\t1\t2",
-            "o\t7\t1\t2\t3\t4\t",
+            "orders\n",
+            "orders\t7\n",
+            "orders\tx\t1\n",
+            "orders\t7\t1\t2\n",
+            "o\t7\t1\t2\t3\t4\t\n",
+            "orders\t7\t11000",
+            "orders\t7\t11000\r\n",
+            "orders\t7\t11000\norders\t7\t11000\n",
         ] {
             assert_eq!(StateRecord::parse(torn), None, "{torn:?}");
         }
@@ -133,10 +147,11 @@ mod tests {
     #[test]
     fn a_restart_in_the_same_boot_waits_only_for_a_clock_stepped_back() {
         let r = record();
-        // 300 ms after the write: ids after it are dated at most 10_350.
-        assert_eq!(r.floor_now_ms(500_300, "b1"), 10_350);
-        // Long after: the padded floor caps it.
-        assert_eq!(r.floor_now_ms(900_000, "b1"), 11_000);
+        // 300 ms after the write: ids after it are dated at most 10_350 (+ 2 ms of truncation).
+        assert_eq!(r.floor_now_ms(500_300, "b1"), 10_352);
+        // Long after, even if the next writes never came: the elapsed time, not the pad, counts
+        // (with 1 ms per second of drift).
+        assert_eq!(r.floor_now_ms(600_000, "b1"), 10_050 + 100_000 + 100 + 2);
         // Never below what was already issued when it was written.
         let mut behind = record();
         behind.written.as_mut().unwrap().wall_ms = 9_000;
