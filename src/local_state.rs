@@ -23,7 +23,7 @@ pub fn record(namespace: &str, machine_id: u32, last_ms: i64, pad_ms: u64) -> St
         floor_ms: last_ms
             .max(wall_ms)
             .saturating_add(pad_ms.min(i64::MAX as u64 / 2) as i64),
-        written: (!boot_id.is_empty()).then(|| Written {
+        written: (!boot_id.is_empty()).then_some(Written {
             last_ms,
             wall_ms,
             boot_ms,
