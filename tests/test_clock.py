@@ -16,6 +16,23 @@ from test_lease import FAST_LEASES, machine_of, status, try_next, wait_for, wait
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
+def first_id_after_refusals(test, cluster, timeout_s, behind_what):
+    """Calls cosid_next() until it answers: the first calls must be refused with 55000 (the clock
+    is behind `behind_what`), and an id must come within `timeout_s`. Returns that id."""
+    refused = False
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value, sqlstate = try_next(cluster)
+        if value is not None:
+            break
+        test.assertLess(time.monotonic(), deadline, "never generated again")
+        test.assertEqual(sqlstate, "55000")
+        refused = True
+        time.sleep(0.05)
+    test.assertTrue(refused, f"an id was issued with the clock behind {behind_what}")
+    return value
+
+
 class ClockFaults(unittest.TestCase):
     def setUp(self):
         self.assertTrue(LIBFAKETIME.exists(), "libfaketime is missing: run scripts/setup.sh")
@@ -107,17 +124,7 @@ class ClockFaults(unittest.TestCase):
         # watermark. Under PostgreSQL 15 the worker is forked inside a signal handler of the
         # postmaster, where libfaketime leaves a process on the real clock, so which of the two
         # refuses depends on the process; the give-back itself is tested in test_lease.
-        refused = None
-        deadline = time.monotonic() + 20
-        while True:
-            value, sqlstate = try_next(self.cluster)
-            if value is not None:
-                break
-            self.assertLess(time.monotonic(), deadline, "never generated again")
-            self.assertEqual(sqlstate, "55000")
-            refused = sqlstate
-            time.sleep(0.05)
-        self.assertEqual(refused, "55000", "an id was issued with the clock behind the watermark")
+        value = first_id_after_refusals(self, self.cluster, 20, "the watermark")
         self.assertEqual(machine_of(value), machine_id)
         self.assertGreater(value, max(before.ids))
         self.sessions.append(type(before)(client=1, started=0, ids=[value]))
@@ -150,17 +157,7 @@ class FixedMachineIdAcrossACrash(unittest.TestCase):
         cluster.crash()
         self.offset_file.write_text(f"{-seconds:+.3f}\n")
         cluster.start()
-        refused = None
-        deadline = time.monotonic() + seconds + 15
-        while True:
-            value, sqlstate = try_next(cluster)
-            if value is not None:
-                break
-            self.assertLess(time.monotonic(), deadline, "never generated again")
-            self.assertEqual(sqlstate, "55000")
-            refused = sqlstate
-            time.sleep(0.05)
-        self.assertEqual(refused, "55000", "an id was issued with the clock behind the floor")
+        value = first_id_after_refusals(self, cluster, seconds + 15, "the floor")
         after = run_session(cluster, 1, [copy_ids(2_000)])
         self.assertEqual(after.error, "")
         self.assertGreater(value, max(before.ids))
