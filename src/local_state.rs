@@ -44,8 +44,13 @@ pub fn final_record(namespace: &str, machine_id: u32, last_ms: i64) -> StateReco
 }
 
 /// Writes the record so that it survives a crash of the machine: a new file, flushed, renamed
-/// over the old one, and the directory flushed.
-pub fn write(record: &StateRecord) -> std::io::Result<()> {
+/// over the old one, and the directory flushed. The error names the file.
+pub fn write(record: &StateRecord) -> Result<(), String> {
+    write_durably(record)
+        .map_err(|why| format!("could not write the state file \"{STATE_FILE}\": {why}"))
+}
+
+fn write_durably(record: &StateRecord) -> std::io::Result<()> {
     use std::io::Write;
     let temporary = format!("{STATE_FILE}.tmp");
     let mut file = std::fs::File::create(&temporary)?;

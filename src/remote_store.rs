@@ -367,13 +367,11 @@ impl LeaseStore for RemoteStore {
             "SELECT to_regprocedure('cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)') IS NOT NULL",
             &[],
         )?;
-        Ok(
-            if rows.first().map(|row| row.get::<_, bool>(0)) == Some(true) {
-                Readiness::Ready
-            } else {
-                Readiness::NoExtension
-            },
-        )
+        Ok(if first_is_true(&rows) {
+            Readiness::Ready
+        } else {
+            Readiness::NoExtension
+        })
     }
 
     fn claim(
@@ -452,8 +450,13 @@ impl LeaseStore for RemoteStore {
                 &watermark_ms,
             ],
         )?;
-        Ok(rows.first().map(|row| row.get::<_, bool>(0)) == Some(true))
+        Ok(first_is_true(&rows))
     }
+}
+
+/// Whether the first column of the first row is true.
+fn first_is_true(rows: &[Row]) -> bool {
+    rows.first().is_some_and(|row| row.get::<_, bool>(0))
 }
 
 /// An error's message and its causes (a TLS failure says why), without the connection string

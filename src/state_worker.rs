@@ -5,6 +5,7 @@
 //! crash is refused (or waited out) instead of repeating ids. A leased machine id has the lease
 //! watermark for that, and the lease worker instead.
 
+use crate::guc::MachineSource;
 use crate::local_state;
 use crate::shmem;
 use crate::worker::shutdown_requested;
@@ -31,6 +32,9 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     let (Some(settings), Ok(slot)) = (shmem::server_settings(), shmem::default_generator()) else {
         return;
     };
+    let MachineSource::Fixed(machine_id) = settings.machine else {
+        return;
+    };
     let layout = settings.config.layout;
     let namespace = settings.namespace.as_str();
     let mut failing = false;
@@ -41,18 +45,16 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
         }
         let interval_ms = crate::guc::local_state_interval_ms();
         let shutting_down = shutdown_requested();
-        if let Some(parts) = layout.decompose(slot.state.last_word()) {
-            let last_ms = layout.ticks_to_unix_ms(parts.ticks);
-            // Padded at shutdown too: backends may still be issuing ids until they are gone.
-            let record = local_state::record(namespace, parts.machine_id, last_ms, interval_ms);
-            match local_state::write(&record) {
-                Ok(()) => failing = false,
-                Err(why) if !failing => {
-                    failing = true;
-                    warning!("cosid: could not write the state file \"cosid.state\": {why}");
-                }
-                Err(_) => {}
+        let last_ms = slot.state.last_timestamp_ms(&layout);
+        // Padded at shutdown too: backends may still be issuing ids until they are gone.
+        let record = local_state::record(namespace, machine_id, last_ms, interval_ms);
+        match local_state::write(&record) {
+            Ok(()) => failing = false,
+            Err(why) if !failing => {
+                failing = true;
+                warning!("cosid: {why}");
             }
+            Err(_) => {}
         }
         if shutting_down {
             break;

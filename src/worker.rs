@@ -234,7 +234,7 @@ impl Worker {
             self.renew();
         }
         if self.holder.stable && now >= self.next_state_write_ms {
-            self.write_state_file(guc::local_state_interval_ms());
+            self.write_state_file(false);
         }
     }
 
@@ -521,32 +521,30 @@ impl Worker {
     /// The timestamp of the last id issued (or the floor, if none was): exact once the generator
     /// is closed.
     fn last_issued_ms(&self) -> i64 {
-        let last = self
-            .layout
-            .decompose(self.generator().last_word())
-            .map(|parts| parts.ticks)
-            .unwrap_or(0);
-        self.layout.ticks_to_unix_ms(last)
+        self.generator().last_timestamp_ms(&self.layout)
     }
 
-    /// Writes the floor a restart must honour: the last timestamp issued, plus `pad_ms` for
-    /// what may be issued before the next write; with `pad_ms` 0 (the generator is closed), the
-    /// exact last timestamp.
-    fn write_state_file(&mut self, pad_ms: u64) {
+    /// Writes the floor a restart must honour: the last timestamp issued, padded for what may be
+    /// issued before the next write; once the generator is `closed`, the exact last timestamp.
+    fn write_state_file(&mut self, closed: bool) {
         let Some((machine_id, _)) = self.slot.lease.held() else {
             return;
         };
         self.next_state_write_ms = boottime_ms() + guc::local_state_interval_ms();
         let namespace = &self.holder.namespace;
-        let record = match pad_ms {
-            0 => local_state::final_record(namespace, machine_id, self.last_issued_ms()),
-            _ => local_state::record(namespace, machine_id, self.last_issued_ms(), pad_ms),
+        let last_ms = self.last_issued_ms();
+        let record = if closed {
+            local_state::final_record(namespace, machine_id, last_ms)
+        } else {
+            local_state::record(
+                namespace,
+                machine_id,
+                last_ms,
+                guc::local_state_interval_ms(),
+            )
         };
         if let Err(why) = local_state::write(&record) {
-            self.log_change(
-                PgLogLevel::WARNING,
-                format!("cosid: could not write the state file \"cosid.state\": {why}"),
-            );
+            self.log_change(PgLogLevel::WARNING, format!("cosid: {why}"));
         }
     }
 
@@ -556,7 +554,7 @@ impl Worker {
         if let Some((machine_id, token)) = lease.held() {
             let last_ms = self.last_issued_ms();
             if self.holder.stable {
-                self.write_state_file(0);
+                self.write_state_file(true);
             }
             let holder = self.holder.clone();
             match self.store().release(&holder, machine_id, token, last_ms) {

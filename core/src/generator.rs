@@ -184,6 +184,14 @@ impl GeneratorState {
         (self.word.load(Ordering::Acquire) & !CLOSED_BIT) as i64
     }
 
+    /// The timestamp of the last id issued (or of the floor), in Unix milliseconds.
+    pub fn last_timestamp_ms(&self, layout: &Layout) -> i64 {
+        let ticks = layout
+            .decompose(self.last_word())
+            .map_or(0, |parts| parts.ticks);
+        layout.ticks_to_unix_ms(ticks)
+    }
+
     pub fn stats(&self) -> GeneratorStats {
         GeneratorStats {
             ids_issued: self.ids_issued.load(Ordering::Relaxed),
@@ -438,6 +446,18 @@ mod tests {
                 sequence: self.sequence,
             })
         }
+    }
+
+    #[test]
+    fn last_timestamp_is_the_floor_then_the_last_id() {
+        let config = config(12, 2047);
+        let state = opened(&config, 9, T0);
+        assert_eq!(state.last_timestamp_ms(&config.layout), T0);
+        let mut clock = ScriptedClock::new(&[T0 + 5]);
+        state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(state.last_timestamp_ms(&config.layout), T0 + 5);
+        state.close();
+        assert_eq!(state.last_timestamp_ms(&config.layout), T0 + 5);
     }
 
     #[test]
