@@ -3,40 +3,136 @@
 --
 -- All times come from this database's clock (clock_timestamp()). A claimer decides expiry from
 -- the row (expires_at = the holder's renewal time + the holder's own safe guard), never from its
--- own clock or settings. Watermarks are Unix milliseconds: an upper bound on every timestamp the
--- holder can issue before its next write.
+-- own clock or settings. Watermarks are Unix milliseconds on the holders' clocks.
+--
+-- Safety rules this file keeps (see the README's security section):
+-- - A machine id without a row is presumed never used, so no row can vanish by ordinary SQL:
+--   DELETE and TRUNCATE are refused, and rows are retired only by cosid.lease_retire(), for
+--   machine ids that are not held and whose ids are all in the past.
+-- - watermark_ms, the upper bound of every timestamp issued under a machine id, only ever rises.
+-- - The tables are private to the NOLOGIN role cosid_lease_owner. Holders act only through the
+--   protocol's functions (SECURITY DEFINER, search_path pinned), granted to cosid_lease_holder,
+--   and only on their own claim: nobody can read another holder's claim token.
+-- - Claims of a namespace are serialised by a row lock on a private table, which no other role
+--   can take.
+
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_owner') THEN
+        CREATE ROLE cosid_lease_owner NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_holder') THEN
+        CREATE ROLE cosid_lease_holder NOLOGIN;
+    END IF;
+END
+$roles$;
 
 CREATE SCHEMA IF NOT EXISTS cosid;
+GRANT USAGE ON SCHEMA cosid TO cosid_lease_owner, cosid_lease_holder;
 
 CREATE TABLE cosid.machine_lease (
-    namespace    text        NOT NULL,
-    machine_id   integer     NOT NULL CHECK (machine_id >= 0),
-    machine_bits integer     NOT NULL CHECK (machine_bits BETWEEN 0 AND 31),
-    instance_id  text        NOT NULL,
-    claim_token  text        NOT NULL,
-    stable       boolean     NOT NULL,
-    state        text        NOT NULL CHECK (state IN ('claimed', 'released')),
-    claimed_at   timestamptz NOT NULL,
-    renewed_at   timestamptz NOT NULL,
-    expires_at   timestamptz NOT NULL,
-    safe_guard   interval    NOT NULL,
-    watermark_ms bigint      NOT NULL,
+    namespace      text        NOT NULL,
+    machine_id     integer     NOT NULL CHECK (machine_id >= 0),
+    machine_bits   integer     NOT NULL CHECK (machine_bits >= 0 AND machine_bits <= 31),
+    instance_id    text        NOT NULL,
+    claim_token    text        NOT NULL,
+    stable         boolean     NOT NULL,
+    state          text        NOT NULL CHECK (state IN ('claimed', 'released')),
+    claimed_at     timestamptz NOT NULL,
+    renewed_at     timestamptz NOT NULL,
+    expires_at     timestamptz NOT NULL,
+    safe_guard     interval    NOT NULL,
+    -- An upper bound on every timestamp issued under this machine id: only ever raised.
+    watermark_ms   bigint      NOT NULL,
+    -- The watermark the current claim found: what the holders before it may have issued.
+    claim_floor_ms bigint      NOT NULL DEFAULT 0,
+    -- Set by a release: the exact last timestamp the holder issued (never below claim_floor_ms),
+    -- which the next claim waits for instead of the bound; cleared by every claim.
+    released_ms    bigint,
     PRIMARY KEY (namespace, machine_id)
 );
 
 COMMENT ON TABLE cosid.machine_lease IS
-    'Machine-id leases of cosid: one row per namespace and machine id ever claimed.';
+    'Machine-id leases of cosid: one row per namespace and machine id ever claimed. Rows are never deleted by ordinary SQL; see cosid.lease_retire().';
+
+-- One row per namespace, locked by every claim of the namespace: claims are serialised by a lock
+-- that only the protocol's owner can take.
+CREATE TABLE cosid.lease_namespace (
+    namespace  text        PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+
+COMMENT ON TABLE cosid.lease_namespace IS
+    'Namespaces of cosid''s machine-id leases; claims of a namespace lock its row.';
+
+-- What the next holder of a lease must wait for: the exact last timestamp of a release, else the
+-- bound.
+CREATE FUNCTION cosid.lease_next_floor_ms(l cosid.machine_lease)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT coalesce(l.released_ms, l.watermark_ms) $$;
+
+CREATE FUNCTION cosid.unix_ms(t timestamptz)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT (extract(epoch FROM t) * 1000)::bigint $$;
+
+-- Refuses DELETE and TRUNCATE (a machine id without a row is presumed never used), a lowered
+-- watermark, and a changed key. Only cosid.lease_retire() deletes rows.
+CREATE FUNCTION cosid.machine_lease_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' OR (TG_OP = 'DELETE' AND NOT (
+            current_setting('cosid.retiring', true) = 'on'
+            AND (SELECT c.relowner FROM pg_class c WHERE c.oid = TG_RELID)
+                = (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))) THEN
+        RAISE EXCEPTION 'rows of cosid.machine_lease cannot be deleted'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A machine id without a lease row is presumed never used: once its row is gone, another server could claim it and issue the same ids again.',
+                  HINT = 'To free a machine id, stop the server that holds it (it releases it) or let its lease expire. To retire a machine id or a namespace that is no longer used, call cosid.lease_retire() as a superuser.';
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.namespace <> OLD.namespace OR NEW.machine_id <> OLD.machine_id THEN
+            RAISE EXCEPTION 'the namespace and machine id of a cosid lease cannot be changed'
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = format('The row of machine id %s of namespace "%s" keeps what was issued under it.', OLD.machine_id, OLD.namespace);
+        END IF;
+        IF NEW.watermark_ms < OLD.watermark_ms THEN
+            RAISE EXCEPTION 'the watermark of a cosid lease cannot be lowered'
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = format('Machine id %s of namespace "%s" may have issued ids up to %s ms; a lower watermark would let them be issued again.', OLD.machine_id, OLD.namespace, OLD.watermark_ms);
+        END IF;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER machine_lease_guard BEFORE UPDATE OR DELETE ON cosid.machine_lease
+    FOR EACH ROW EXECUTE FUNCTION cosid.machine_lease_guard();
+CREATE TRIGGER machine_lease_no_truncate BEFORE TRUNCATE ON cosid.machine_lease
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.machine_lease_guard();
 
 -- Claims a machine id for an instance, in CosId's order: the lease it already holds, a released
--- one, a never-used one, then an expired one. Stable instances never take an expired lease, and
--- nobody takes theirs. Claims of one namespace are serialised, so concurrent claimers get
--- distinct machine ids. Returns one row; outcome is 'own', 'released', 'new' or 'expired' with the
--- machine id and the watermark the claimer must wait for; 'busy' when this instance's own lease
--- is still live under another claim (after a crash, or because another process uses the same
--- instance id): it may be taken only once it has expired, with its expiry in expires_at;
--- 'exhausted', 'machine_bits' (a live lease of the namespace uses other machine bits), or
--- 'contended' (other writers kept changing the chosen rows: try again). Call it in a READ
--- COMMITTED transaction, so that it sees what the claims it waited for committed.
+-- one, a never-used one, then an expired one; released and expired ones whose watermark is
+-- ahead of the claimer's clock (p_watermark_ms - p_safe_guard_ms) come last, so that one
+-- machine id poisoned by a clock far ahead does not block a namespace with free ones. Stable
+-- instances never take an expired lease, and nobody takes theirs. Claims of one namespace are
+-- serialised, so concurrent claimers get distinct machine ids. Returns one row; outcome is
+-- 'own', 'released', 'new' or 'expired' with the machine id and the watermark the claimer must
+-- wait for; 'busy' when this instance's own lease is still live under another claim (after a
+-- crash, or because another process uses the same instance id): it may be taken only once it
+-- has expired, at expires_at_ms; 'exhausted', 'machine_bits' (a live lease of the namespace
+-- uses other machine bits), or 'contended' (other writers kept changing the chosen rows: try
+-- again). Times are Unix milliseconds. Call it in a READ COMMITTED transaction, so that it sees
+-- what the claims it waited for committed.
 CREATE FUNCTION cosid.lease_claim(
     p_namespace     text,
     p_machine_bits  integer,
@@ -46,27 +142,41 @@ CREATE FUNCTION cosid.lease_claim(
     p_claim_token   text,
     p_watermark_ms  bigint)
 RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
-               expires_at timestamptz, store_now timestamptz)
+               expires_at_ms bigint, store_now_ms bigint)
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now      timestamptz := clock_timestamp();
-    v_max      integer := ((1::bigint << p_machine_bits) - 1)::integer;
+    v_now      timestamptz;
+    v_max      integer;
+    v_clock_ms bigint := p_watermark_ms - p_safe_guard_ms;
     v_lease    cosid.machine_lease;
     v_outcome  text;
     v_taken    integer;
     v_expires  timestamptz;
+    v_previous bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('cosid.machine_lease'), hashtext(p_namespace));
+    IF p_namespace IS NULL OR p_namespace = '' OR p_instance_id IS NULL OR p_instance_id = ''
+       OR p_claim_token IS NULL OR p_claim_token = '' OR p_stable IS NULL
+       OR p_machine_bits IS NULL OR p_machine_bits < 0 OR p_machine_bits > 31
+       OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_watermark_ms IS NULL THEN
+        RAISE EXCEPTION 'invalid arguments to cosid.lease_claim'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The namespace, instance id and claim token must not be empty, machine bits must be 0 to 31, and the safe guard positive.';
+    END IF;
+    v_max := ((1::bigint << p_machine_bits) - 1)::integer;
+    INSERT INTO cosid.lease_namespace AS n (namespace) VALUES (p_namespace)
+        ON CONFLICT DO NOTHING;
+    PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE;
     v_now := clock_timestamp();
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
 
-    IF EXISTS (SELECT 1 FROM cosid.machine_lease l
+    IF EXISTS (SELECT FROM cosid.machine_lease l
                 WHERE l.namespace = p_namespace AND l.machine_bits <> p_machine_bits
                   AND l.state = 'claimed' AND (l.stable OR l.expires_at > v_now)) THEN
-        RETURN QUERY SELECT 'machine_bits'::text, NULL::integer, NULL::bigint,
-                            NULL::timestamptz, v_now;
+        RETURN QUERY SELECT 'machine_bits'::text, NULL::integer, NULL::bigint, NULL::bigint,
+                            cosid.unix_ms(v_now);
         RETURN;
     END IF;
 
@@ -81,38 +191,40 @@ BEGIN
            AND v_lease.expires_at > v_now AND v_lease.claim_token <> p_claim_token THEN
             -- Whoever made that claim may still be generating until it expires.
             RETURN QUERY SELECT 'busy'::text, v_lease.machine_id, v_lease.watermark_ms,
-                                v_lease.expires_at, v_now;
+                                cosid.unix_ms(v_lease.expires_at), cosid.unix_ms(v_now);
             RETURN;
         END IF;
         IF v_lease.machine_id IS NULL THEN
             SELECT * INTO v_lease FROM cosid.machine_lease l
              WHERE l.namespace = p_namespace AND l.state = 'released' AND NOT l.stable
-               AND l.machine_id <= v_max
+               AND l.machine_id <= v_max AND cosid.lease_next_floor_ms(l) <= v_clock_ms
              ORDER BY l.machine_id LIMIT 1;
             v_outcome := 'released';
         END IF;
         IF v_lease.machine_id IS NULL THEN
             SELECT CASE
-                     WHEN NOT EXISTS (SELECT 1 FROM cosid.machine_lease l
+                     WHEN NOT EXISTS (SELECT FROM cosid.machine_lease l
                                        WHERE l.namespace = p_namespace AND l.machine_id = 0)
                      THEN 0
                      ELSE (SELECT min(l.machine_id) + 1 FROM cosid.machine_lease l
                             WHERE l.namespace = p_namespace AND l.machine_id < v_max
-                              AND NOT EXISTS (SELECT 1 FROM cosid.machine_lease n
+                              AND NOT EXISTS (SELECT FROM cosid.machine_lease n
                                                WHERE n.namespace = p_namespace
                                                  AND n.machine_id = l.machine_id + 1))
                    END
               INTO v_taken;
             IF v_taken IS NOT NULL AND v_taken <= v_max THEN
+                -- Never seen: nothing was issued under it, since no row can vanish.
                 INSERT INTO cosid.machine_lease
                     (namespace, machine_id, machine_bits, instance_id, claim_token, stable, state,
-                     claimed_at, renewed_at, expires_at, safe_guard, watermark_ms)
+                     claimed_at, renewed_at, expires_at, safe_guard, watermark_ms, claim_floor_ms)
                 VALUES (p_namespace, v_taken, p_machine_bits, p_instance_id, p_claim_token,
                         p_stable, 'claimed', v_now, v_now, v_expires,
-                        p_safe_guard_ms * interval '1 millisecond', p_watermark_ms)
+                        p_safe_guard_ms * interval '1 millisecond', p_watermark_ms, 0)
                 ON CONFLICT DO NOTHING;
                 IF FOUND THEN
-                    RETURN QUERY SELECT 'new'::text, v_taken, 0::bigint, v_expires, v_now;
+                    RETURN QUERY SELECT 'new'::text, v_taken, 0::bigint, cosid.unix_ms(v_expires),
+                                        cosid.unix_ms(v_now);
                     RETURN;
                 END IF;
                 CONTINUE;
@@ -122,37 +234,51 @@ BEGIN
             SELECT * INTO v_lease FROM cosid.machine_lease l
              WHERE l.namespace = p_namespace AND l.state = 'claimed' AND NOT l.stable
                AND l.expires_at < v_now AND l.machine_id <= v_max
-             ORDER BY l.expires_at, l.machine_id LIMIT 1;
+             ORDER BY cosid.lease_next_floor_ms(l) > v_clock_ms, l.expires_at, l.machine_id
+             LIMIT 1;
             v_outcome := 'expired';
         END IF;
+        IF v_lease.machine_id IS NULL AND NOT p_stable THEN
+            -- Only machine ids whose watermark is ahead of the claimer's clock are left: the
+            -- nearest one, which the claimer waits for or gives back.
+            SELECT * INTO v_lease FROM cosid.machine_lease l
+             WHERE l.namespace = p_namespace AND l.state = 'released' AND NOT l.stable
+               AND l.machine_id <= v_max
+             ORDER BY cosid.lease_next_floor_ms(l), l.machine_id LIMIT 1;
+            v_outcome := 'released';
+        END IF;
         IF v_lease.machine_id IS NULL THEN
-            RETURN QUERY SELECT 'exhausted'::text, NULL::integer, NULL::bigint,
-                                NULL::timestamptz, v_now;
+            RETURN QUERY SELECT 'exhausted'::text, NULL::integer, NULL::bigint, NULL::bigint,
+                                cosid.unix_ms(v_now);
             RETURN;
         END IF;
 
         -- Take the row only if it is still the one we chose: a renewal that committed meanwhile
         -- changed it, and then we choose again.
+        v_previous := cosid.lease_next_floor_ms(v_lease);
         UPDATE cosid.machine_lease l
            SET machine_bits = p_machine_bits, instance_id = p_instance_id,
                claim_token = p_claim_token, stable = p_stable, state = 'claimed',
                claimed_at = v_now, renewed_at = v_now, expires_at = v_expires,
                safe_guard = p_safe_guard_ms * interval '1 millisecond',
-               watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
+               watermark_ms = greatest(l.watermark_ms, p_watermark_ms),
+               claim_floor_ms = v_previous, released_ms = NULL
          WHERE l.namespace = p_namespace AND l.machine_id = v_lease.machine_id
            AND l.claim_token = v_lease.claim_token AND l.state = v_lease.state
            AND l.expires_at = v_lease.expires_at;
         IF FOUND THEN
-            RETURN QUERY SELECT v_outcome, v_lease.machine_id, v_lease.watermark_ms, v_expires, v_now;
+            RETURN QUERY SELECT v_outcome, v_lease.machine_id, v_previous,
+                                cosid.unix_ms(v_expires), cosid.unix_ms(v_now);
             RETURN;
         END IF;
     END LOOP;
-    RETURN QUERY SELECT 'contended'::text, NULL::integer, NULL::bigint, NULL::timestamptz, v_now;
+    RETURN QUERY SELECT 'contended'::text, NULL::integer, NULL::bigint, NULL::bigint,
+                        cosid.unix_ms(v_now);
 END
 $$;
 
 -- Renews a lease held by this instance and claim token, and raises its watermark. No row means
--- the lease is lost: somebody else holds the machine id now.
+-- the lease is lost: somebody else holds the machine id now. Times are Unix milliseconds.
 CREATE FUNCTION cosid.lease_renew(
     p_namespace     text,
     p_machine_id    integer,
@@ -160,22 +286,24 @@ CREATE FUNCTION cosid.lease_renew(
     p_claim_token   text,
     p_safe_guard_ms bigint,
     p_watermark_ms  bigint)
-RETURNS TABLE (expires_at timestamptz, store_now timestamptz)
+RETURNS TABLE (expires_at_ms bigint, store_now_ms bigint)
 LANGUAGE sql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     UPDATE cosid.machine_lease l
        SET renewed_at = clock_timestamp(),
-           expires_at = clock_timestamp() + p_safe_guard_ms * interval '1 millisecond',
-           safe_guard = p_safe_guard_ms * interval '1 millisecond',
+           expires_at = clock_timestamp() + greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
+           safe_guard = greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
            watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
      WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
        AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
        AND l.state = 'claimed'
-    RETURNING l.expires_at, l.renewed_at
+    RETURNING cosid.unix_ms(l.expires_at), cosid.unix_ms(l.renewed_at)
 $$;
 
--- Releases a lease at shutdown with the exact watermark: the last timestamp the holder issued.
+-- Releases a lease at shutdown with the exact last timestamp the holder issued, which the next
+-- holder waits for (never below what the holders before it issued); the watermark itself stays.
 -- A stable instance keeps its machine id (the row stays claimed, and nobody else takes a stable
 -- lease), but its lease ends now, so that it takes it back at once when it restarts. Returns
 -- whether the lease was still this instance's.
@@ -187,35 +315,118 @@ CREATE FUNCTION cosid.lease_release(
     p_watermark_ms bigint)
 RETURNS boolean
 LANGUAGE sql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH released AS (
         UPDATE cosid.machine_lease l
            SET state = CASE WHEN l.stable THEN 'claimed' ELSE 'released' END,
-               expires_at = clock_timestamp(),
-               watermark_ms = p_watermark_ms
+               expires_at = least(l.expires_at, clock_timestamp()),
+               released_ms = greatest(p_watermark_ms, l.claim_floor_ms),
+               watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
          WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
            AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
+           AND l.state = 'claimed' AND p_watermark_ms IS NOT NULL
          RETURNING 1)
-    SELECT EXISTS (SELECT 1 FROM released)
+    SELECT EXISTS (SELECT FROM released)
 $$;
 
--- Every lease with its holder's state and the time it has left, by the store's clock.
-CREATE VIEW cosid.leases AS
+-- Retires a machine id (or, without one, a whole namespace) that is no longer used: its row is
+-- deleted, and the machine id counts as never used again. Refused while a lease is held, and
+-- while the watermark the next holder would wait for is less than a minute in the past by the
+-- store's clock, since a claimer of a never-used machine id waits for nothing. Returns the number
+-- of rows retired. Superusers only.
+CREATE FUNCTION cosid.lease_retire(p_namespace text, p_machine_id integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz;
+    v_lease cosid.machine_lease;
+    v_count integer;
+BEGIN
+    PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE;
+    v_now := clock_timestamp();
+    FOR v_lease IN SELECT * FROM cosid.machine_lease l
+                    WHERE l.namespace = p_namespace
+                      AND (p_machine_id IS NULL OR l.machine_id = p_machine_id)
+                    ORDER BY l.machine_id FOR UPDATE
+    LOOP
+        IF v_lease.state = 'claimed' AND v_lease.expires_at > v_now THEN
+            RAISE EXCEPTION 'machine id % of namespace "%" is held', v_lease.machine_id, p_namespace
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = format('It is leased to "%s" until %s.', v_lease.instance_id, v_lease.expires_at),
+                      HINT = 'Stop the server that holds it (it releases it at shutdown), or wait until its lease expires.';
+        END IF;
+        IF cosid.lease_next_floor_ms(v_lease) > cosid.unix_ms(v_now) - 60000 THEN
+            RAISE EXCEPTION 'machine id % of namespace "%" may have issued ids until %', v_lease.machine_id, p_namespace, to_timestamp(cosid.lease_next_floor_ms(v_lease) / 1000.0)
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = 'A retired machine id counts as never used, and its next holder would not wait for that watermark.',
+                      HINT = 'Retire it once its watermark is more than a minute in the past.';
+        END IF;
+    END LOOP;
+    PERFORM set_config('cosid.retiring', 'on', true);
+    DELETE FROM cosid.machine_lease l
+     WHERE l.namespace = p_namespace AND (p_machine_id IS NULL OR l.machine_id = p_machine_id);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    PERFORM set_config('cosid.retiring', 'off', true);
+    IF p_machine_id IS NULL THEN
+        DELETE FROM cosid.lease_namespace n WHERE n.namespace = p_namespace;
+    END IF;
+    RETURN v_count;
+END
+$$;
+
+-- Every lease with its holder's state and the time it has left, by the store's clock; claim
+-- tokens are not shown.
+CREATE FUNCTION cosid.lease_rows()
+RETURNS TABLE (namespace text, machine_id integer, instance_id text, stable boolean,
+               status text, time_left interval, claimed_at timestamptz,
+               renewed_at timestamptz, expires_at timestamptz, safe_guard interval,
+               machine_bits integer, watermark timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
 SELECT l.namespace, l.machine_id, l.instance_id, l.stable,
        CASE WHEN l.state = 'released' THEN 'released'
             WHEN l.stable THEN 'held (stable)'
             WHEN l.expires_at > clock_timestamp() THEN 'held'
-            ELSE 'expired' END AS status,
+            ELSE 'expired' END,
        CASE WHEN l.state = 'claimed' AND l.expires_at > clock_timestamp()
-            THEN l.expires_at - clock_timestamp() END AS time_left,
+            THEN l.expires_at - clock_timestamp() END,
        l.claimed_at, l.renewed_at, l.expires_at, l.safe_guard, l.machine_bits,
-       to_timestamp(l.watermark_ms / 1000.0) AS watermark
-  FROM cosid.machine_lease l;
+       to_timestamp(cosid.lease_next_floor_ms(l) / 1000.0)
+  FROM cosid.machine_lease l
+ ORDER BY l.namespace, l.machine_id
+$$;
 
--- Leases are runtime state of the servers that hold them: only the holders (superusers, or the
--- cosid background worker) may change them.
-REVOKE ALL ON TABLE cosid.machine_lease FROM PUBLIC;
-REVOKE ALL ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION cosid.lease_release(text, integer, text, text, bigint) FROM PUBLIC;
+CREATE VIEW cosid.leases AS SELECT * FROM cosid.lease_rows();
+
+-- Everything belongs to the NOLOGIN owner; holders (members of cosid_lease_holder) may only
+-- call the protocol; the view and cosid.lease_retire() are for superusers.
+ALTER TABLE cosid.machine_lease OWNER TO cosid_lease_owner;
+ALTER TABLE cosid.lease_namespace OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.unix_ms(timestamptz) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.machine_lease_guard() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_release(text, integer, text, text, bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_retire(text, integer) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_rows() OWNER TO cosid_lease_owner;
+ALTER VIEW cosid.leases OWNER TO cosid_lease_owner;
+
+REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.leases FROM PUBLIC;
+REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
+    cosid.machine_lease_guard(),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint),
+    cosid.lease_release(text, integer, text, text, bigint),
+    cosid.lease_retire(text, integer), cosid.lease_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint),
+    cosid.lease_release(text, integer, text, text, bigint) TO cosid_lease_holder;

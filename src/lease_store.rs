@@ -5,76 +5,14 @@
 //! commits durably (`synchronous_commit = local`), so that a crash cannot forget a claim.
 
 use pgrx::bgworkers::BackgroundWorker;
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::spi::SpiClient;
+use pgrx::spi::{SpiClient, SpiHeapTupleData};
 use pgrx::PgTryBuilder;
+
+use crate::protocol::{self, Call, ClaimOutcome, Holder, Kind, Param, Renewed, Value};
 use std::time::Duration;
-
-/// What one holder asks of the store.
-#[derive(Clone, Debug)]
-pub struct Holder {
-    pub namespace: String,
-    pub machine_bits: u32,
-    pub instance_id: String,
-    pub stable: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// A machine id; the claimer must wait until its clock passes `previous_watermark_ms`.
-    Claimed {
-        machine_id: u32,
-        how: String,
-        previous_watermark_ms: i64,
-        expires_at_ms: i64,
-        store_now_ms: i64,
-    },
-    /// This instance's own lease is still live under another claim: it may be taken once it
-    /// expires, at `expires_at_ms` by the store's clock.
-    Busy { machine_id: u32, expires_at_ms: i64 },
-    /// Every machine id of the namespace is held.
-    Exhausted,
-    /// Other claims kept changing the rows this one chose; try again.
-    Contended,
-    /// A live lease of the namespace uses other machine bits.
-    MachineBitsMismatch,
-}
-
-impl ClaimOutcome {
-    /// The outcome of `cosid.lease_claim`'s row, from either store.
-    pub fn from_row(
-        outcome: &str,
-        machine_id: Option<i32>,
-        previous_watermark_ms: i64,
-        expires_at_ms: i64,
-        store_now_ms: i64,
-    ) -> ClaimOutcome {
-        let machine_id = machine_id.unwrap_or(-1) as u32;
-        match outcome {
-            "exhausted" => ClaimOutcome::Exhausted,
-            "contended" => ClaimOutcome::Contended,
-            "machine_bits" => ClaimOutcome::MachineBitsMismatch,
-            "busy" => ClaimOutcome::Busy {
-                machine_id,
-                expires_at_ms,
-            },
-            how => ClaimOutcome::Claimed {
-                machine_id,
-                how: how.to_string(),
-                previous_watermark_ms,
-                expires_at_ms,
-                store_now_ms,
-            },
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Renewed {
-    pub expires_at_ms: i64,
-    pub store_now_ms: i64,
-}
 
 /// Whether the store can be used yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,20 +22,6 @@ pub enum Readiness {
     ReadOnly,
     /// `CREATE EXTENSION cosid` has not run in the database yet.
     NoExtension,
-}
-
-/// The protocol's calls, as both stores send them: times come back as Unix milliseconds.
-pub const CLAIM_SQL: &str = "SELECT outcome, machine_id, previous_watermark_ms, \
-        (extract(epoch FROM expires_at) * 1000)::bigint, \
-        (extract(epoch FROM store_now) * 1000)::bigint \
-    FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)";
-pub const RENEW_SQL: &str = "SELECT (extract(epoch FROM expires_at) * 1000)::bigint, \
-        (extract(epoch FROM store_now) * 1000)::bigint \
-    FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)";
-pub const RELEASE_SQL: &str = "SELECT cosid.lease_release($1, $2, $3, $4, $5)";
-
-pub fn token_text(token: u64) -> String {
-    format!("{token:016x}")
 }
 
 // PostgreSQL arms statement_timeout only for statements a client sends, never for SPI calls in a
@@ -137,8 +61,11 @@ fn in_transaction<R>(
                     .update(
                         // The claim must survive a crash of this server before any id is issued
                         // under it, whatever synchronous_commit the server runs with.
+                        // Nothing a role with CREATE on some schema defines may be picked by
+                        // the calls, which run as the bootstrap superuser.
                         &format!(
-                            "SET LOCAL lock_timeout = {timeout_ms}; \
+                            "SET LOCAL search_path = pg_catalog, pg_temp; \
+                             SET LOCAL lock_timeout = {timeout_ms}; \
                              SET LOCAL synchronous_commit = local"
                         ),
                         None,
@@ -189,20 +116,28 @@ impl LocalStore {
 }
 
 /// What the worker needs of a lease store: its own database through SPI ([`LocalStore`]), or a
-/// shared one over the network (`RemoteStore`). Both send the same calls of the same protocol.
+/// shared one over the network (`RemoteStore`). Both only carry the calls of
+/// [`crate::protocol`], which writes and decodes them once.
 pub trait LeaseStore {
     /// Whether the store is another server's database.
     fn is_remote(&self) -> bool;
     /// The longest any one call may take.
     fn set_timeout(&mut self, timeout: Duration);
     fn readiness(&mut self) -> Result<Readiness, String>;
+    /// Runs one call; its rows, each value read as the call's column says.
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String>;
+
     fn claim(
         &mut self,
         holder: &Holder,
         safe_guard_ms: u64,
         token: u64,
         watermark_ms: i64,
-    ) -> Result<ClaimOutcome, String>;
+    ) -> Result<ClaimOutcome, String> {
+        let rows = self.run(&protocol::claim(holder, safe_guard_ms, token, watermark_ms))?;
+        protocol::decode_claim(&rows, holder.machine_bits).map_err(|e| e.to_string())
+    }
+
     /// `Ok(None)`: the lease is lost.
     fn renew(
         &mut self,
@@ -211,7 +146,11 @@ pub trait LeaseStore {
         token: u64,
         safe_guard_ms: u64,
         watermark_ms: i64,
-    ) -> Result<Option<Renewed>, String>;
+    ) -> Result<Option<Renewed>, String> {
+        let call = protocol::renew(holder, machine_id, token, safe_guard_ms, watermark_ms);
+        protocol::decode_renew(&self.run(&call)?).map_err(|e| e.to_string())
+    }
+
     /// Whether the lease was still this holder's.
     fn release(
         &mut self,
@@ -219,7 +158,10 @@ pub trait LeaseStore {
         machine_id: u32,
         token: u64,
         watermark_ms: i64,
-    ) -> Result<bool, String>;
+    ) -> Result<bool, String> {
+        let call = protocol::release(holder, machine_id, token, watermark_ms);
+        protocol::decode_release(&self.run(&call)?).map_err(|e| e.to_string())
+    }
 }
 
 impl LeaseStore for LocalStore {
@@ -252,107 +194,44 @@ impl LeaseStore for LocalStore {
         })
     }
 
-    fn claim(
-        &mut self,
-        holder: &Holder,
-        safe_guard_ms: u64,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<ClaimOutcome, String> {
-        let holder = holder.clone();
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+        let call = call.clone();
         in_transaction(self.timeout, move |client| {
+            let params: Vec<DatumWithOid> = call
+                .params
+                .iter()
+                .map(|param| match param {
+                    Param::Text(text) => text.as_str().into(),
+                    Param::Int(number) => (*number).into(),
+                    Param::BigInt(number) => (*number).into(),
+                    Param::Bool(flag) => (*flag).into(),
+                })
+                .collect();
             let table = client
-                .update(
-                    CLAIM_SQL,
-                    None,
-                    &[
-                        holder.namespace.as_str().into(),
-                        (holder.machine_bits as i32).into(),
-                        holder.instance_id.as_str().into(),
-                        holder.stable.into(),
-                        (safe_guard_ms as i64).into(),
-                        token_text(token).as_str().into(),
-                        watermark_ms.into(),
-                    ],
-                )
+                .update(call.sql, None, &params)
                 .map_err(|e| e.to_string())?;
-            let row = table.first();
-            let outcome: String = row
-                .get(1)
-                .map_err(|e| e.to_string())?
-                .ok_or("the claim returned no outcome")?;
-            Ok(ClaimOutcome::from_row(
-                &outcome,
-                row.get(2).map_err(|e| e.to_string())?,
-                row.get(3).map_err(|e| e.to_string())?.unwrap_or(0),
-                row.get(4).map_err(|e| e.to_string())?.unwrap_or(0),
-                row.get(5).map_err(|e| e.to_string())?.unwrap_or(0),
-            ))
-        })
-    }
-
-    fn renew(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        safe_guard_ms: u64,
-        watermark_ms: i64,
-    ) -> Result<Option<Renewed>, String> {
-        let holder = holder.clone();
-        in_transaction(self.timeout, move |client| {
-            let table = client
-                .update(
-                    RENEW_SQL,
-                    None,
-                    &[
-                        holder.namespace.as_str().into(),
-                        (machine_id as i32).into(),
-                        holder.instance_id.as_str().into(),
-                        token_text(token).as_str().into(),
-                        (safe_guard_ms as i64).into(),
-                        watermark_ms.into(),
-                    ],
-                )
-                .map_err(|e| e.to_string())?;
-            if table.is_empty() {
-                return Ok(None);
+            let mut rows = Vec::new();
+            for row in table {
+                let mut values = Vec::with_capacity(call.columns.len());
+                for (index, kind) in call.columns.iter().enumerate() {
+                    values.push(read_value(&row, index + 1, *kind)?);
+                }
+                rows.push(values);
             }
-            let row = table.first();
-            Ok(Some(Renewed {
-                expires_at_ms: row.get(1).map_err(|e| e.to_string())?.unwrap_or(0),
-                store_now_ms: row.get(2).map_err(|e| e.to_string())?.unwrap_or(0),
-            }))
+            Ok(rows)
         })
     }
+}
 
-    fn release(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<bool, String> {
-        let holder = holder.clone();
-        in_transaction(self.timeout, move |client| {
-            let table = client
-                .update(
-                    RELEASE_SQL,
-                    None,
-                    &[
-                        holder.namespace.as_str().into(),
-                        (machine_id as i32).into(),
-                        holder.instance_id.as_str().into(),
-                        token_text(token).as_str().into(),
-                        watermark_ms.into(),
-                    ],
-                )
-                .map_err(|e| e.to_string())?;
-            Ok(table
-                .first()
-                .get::<bool>(1)
-                .map_err(|e| e.to_string())?
-                .unwrap_or(false))
-        })
-    }
+/// Column `ordinal` (from 1) of an SPI row, read as `kind`: a wrong type is an error.
+fn read_value(row: &SpiHeapTupleData<'_>, ordinal: usize, kind: Kind) -> Result<Value, String> {
+    let value = match kind {
+        Kind::Text => row.get::<String>(ordinal).map(|v| v.map(Value::Text)),
+        Kind::Int => row.get::<i32>(ordinal).map(|v| v.map(Value::Int)),
+        Kind::BigInt => row.get::<i64>(ordinal).map(|v| v.map(Value::BigInt)),
+        Kind::Bool => row.get::<bool>(ordinal).map(|v| v.map(Value::Bool)),
+    };
+    value
+        .map(|v| v.unwrap_or(Value::Null))
+        .map_err(|e| format!("the lease store answered column {ordinal} with a wrong type: {e}"))
 }

@@ -5,7 +5,7 @@
 //! `sql`, `local_state` and `state_worker` (the durable floor of a fixed machine id), and for
 //! leased machine ids `worker`, `lease_store` (local) and `remote_store` (shared).
 
-pub use cosid_core::{conninfo, distributor, generator, layout, lease, state_file};
+pub use cosid_core::{conninfo, distributor, generator, layout, lease, protocol, state_file};
 
 mod clock;
 mod error;

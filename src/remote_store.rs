@@ -10,10 +10,8 @@
 //! The password (in the connection string, a passfile or `PGPASSWORD`) never appears in a message.
 
 use crate::conninfo::{parse_conninfo, split_passfile_line};
-use crate::lease_store::{
-    token_text, ClaimOutcome, Holder, LeaseStore, Readiness, Renewed, CLAIM_SQL, RELEASE_SQL,
-    RENEW_SQL,
-};
+use crate::lease_store::{LeaseStore, Readiness};
+use crate::protocol::{self, Call, Kind, Param, Value};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;
@@ -283,7 +281,8 @@ impl RemoteStore {
         let limit = self.conninfo.config.get_connect_timeout().copied();
         let limit = limit.unwrap_or(self.timeout) + Duration::from_secs(1);
         let session = format!(
-            "SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
+            "SET search_path = pg_catalog, pg_temp; \
+             SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
              SET idle_in_transaction_session_timeout = {ms}; \
              SET default_transaction_isolation = 'read committed'; \
              SET synchronous_commit = on",
@@ -363,100 +362,75 @@ impl LeaseStore for RemoteStore {
     }
 
     fn readiness(&mut self) -> Result<Readiness, String> {
-        let rows = self.query(
-            "SELECT to_regprocedure('cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)') IS NOT NULL",
-            &[],
-        )?;
-        Ok(if first_is_true(&rows) {
-            Readiness::Ready
-        } else {
-            Readiness::NoExtension
+        let call = Call {
+            sql: protocol::READINESS_SQL,
+            params: Vec::new(),
+            columns: protocol::READINESS_COLUMNS,
+        };
+        let rows = self.run(&call)?;
+        Ok(match protocol::decode_readiness(&rows) {
+            Ok(true) => Readiness::Ready,
+            Ok(false) => Readiness::NoExtension,
+            Err(why) => return Err(why.to_string()),
         })
     }
 
-    fn claim(
-        &mut self,
-        holder: &Holder,
-        safe_guard_ms: u64,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<ClaimOutcome, String> {
-        let rows = self.query(
-            CLAIM_SQL,
-            &[
-                &holder.namespace,
-                &(holder.machine_bits as i32),
-                &holder.instance_id,
-                &holder.stable,
-                &(safe_guard_ms as i64),
-                &token_text(token),
-                &watermark_ms,
-            ],
-        )?;
-        let row = rows.first().ok_or("the claim returned no row")?;
-        let outcome: String = row.get(0);
-        let machine_id: Option<i32> = row.get(1);
-        let previous: Option<i64> = row.get(2);
-        let expires: Option<i64> = row.get(3);
-        let now: Option<i64> = row.get(4);
-        Ok(ClaimOutcome::from_row(
-            &outcome,
-            machine_id,
-            previous.unwrap_or(0),
-            expires.unwrap_or(0),
-            now.unwrap_or(0),
-        ))
-    }
-
-    fn renew(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        safe_guard_ms: u64,
-        watermark_ms: i64,
-    ) -> Result<Option<Renewed>, String> {
-        let rows = self.query(
-            RENEW_SQL,
-            &[
-                &holder.namespace,
-                &(machine_id as i32),
-                &holder.instance_id,
-                &token_text(token),
-                &(safe_guard_ms as i64),
-                &watermark_ms,
-            ],
-        )?;
-        Ok(rows.first().map(|row| Renewed {
-            expires_at_ms: row.get(0),
-            store_now_ms: row.get(1),
-        }))
-    }
-
-    fn release(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<bool, String> {
-        let rows = self.query(
-            RELEASE_SQL,
-            &[
-                &holder.namespace,
-                &(machine_id as i32),
-                &holder.instance_id,
-                &token_text(token),
-                &watermark_ms,
-            ],
-        )?;
-        Ok(first_is_true(&rows))
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+        let params: Vec<Box<dyn ToSql + Sync>> = call
+            .params
+            .iter()
+            .map(|param| -> Box<dyn ToSql + Sync> {
+                match param {
+                    Param::Text(text) => Box::new(text.clone()),
+                    Param::Int(number) => Box::new(*number),
+                    Param::BigInt(number) => Box::new(*number),
+                    Param::Bool(flag) => Box::new(*flag),
+                }
+            })
+            .collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|param| param.as_ref()).collect();
+        let rows = self.query(call.sql, &refs)?;
+        rows.iter()
+            .map(|row| {
+                if row.len() != call.columns.len() {
+                    return Err(format!(
+                        "the lease store answered with {} columns instead of {}",
+                        row.len(),
+                        call.columns.len()
+                    ));
+                }
+                call.columns
+                    .iter()
+                    .enumerate()
+                    .map(|(index, kind)| read_value(row, index, *kind))
+                    .collect()
+            })
+            .collect()
     }
 }
 
-/// Whether the first column of the first row is true.
-fn first_is_true(rows: &[Row]) -> bool {
-    rows.first().is_some_and(|row| row.get::<_, bool>(0))
+/// Column `index` (from 0) of a row, read as `kind`: a wrong type is an error, never a panic.
+fn read_value(row: &Row, index: usize, kind: Kind) -> Result<Value, String> {
+    let value = match kind {
+        Kind::Text => row
+            .try_get::<_, Option<String>>(index)
+            .map(|v| v.map(Value::Text)),
+        Kind::Int => row
+            .try_get::<_, Option<i32>>(index)
+            .map(|v| v.map(Value::Int)),
+        Kind::BigInt => row
+            .try_get::<_, Option<i64>>(index)
+            .map(|v| v.map(Value::BigInt)),
+        Kind::Bool => row
+            .try_get::<_, Option<bool>>(index)
+            .map(|v| v.map(Value::Bool)),
+    };
+    value.map(|v| v.unwrap_or(Value::Null)).map_err(|e| {
+        format!(
+            "the lease store answered column {} with a wrong type: {e}",
+            index + 1
+        )
+    })
 }
 
 /// An error's message and its causes (a TLS failure says why), without the connection string

@@ -185,6 +185,16 @@ mod cosid {
 
 extension_sql_file!("../sql/lease_store.sql", name = "lease_store");
 
+// The lease rows are dumped with the database (pg_dump, pg_restore): a machine id without a row
+// counts as never used, so a restored database must keep them.
+extension_sql!(
+    r#"
+SELECT pg_catalog.pg_extension_config_dump('cosid.machine_lease', '');
+"#,
+    name = "lease_rows_dumped",
+    requires = ["lease_store"]
+);
+
 extension_sql!(
     r#"
 CREATE VIEW cosid.status AS SELECT * FROM cosid.generator_status();

@@ -138,14 +138,9 @@ def start_store(name, port, settings=None, certificate_role=False):
 
 
 def grant_lease_protocol(store, role):
-    """What a store role needs, and no more."""
-    store.query(f"""
-        GRANT USAGE ON SCHEMA cosid TO {role};
-        GRANT SELECT, INSERT, UPDATE ON cosid.machine_lease TO {role};
-        GRANT EXECUTE ON FUNCTION
-            cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
-            cosid.lease_renew(text, integer, text, text, bigint, bigint),
-            cosid.lease_release(text, integer, text, text, bigint) TO {role};""")
+    """What a store role needs, and no more: membership of cosid_lease_holder, which may only
+    call the protocol's functions."""
+    store.query(f"GRANT cosid_lease_holder TO {role}")
 
 
 def write_passfile(directory, port):

@@ -9,4 +9,5 @@ pub mod distributor;
 pub mod generator;
 pub mod layout;
 pub mod lease;
+pub mod protocol;
 pub mod state_file;

@@ -1,0 +1,460 @@
+//! The lease protocol as the worker sends it, written once for both stores: the SQL text of each
+//! call, its parameters in order, the types of its answer's columns, and one validating decoder
+//! of the answer. The stores (SPI in the server's own database, tokio-postgres to a shared one)
+//! only carry a [`Call`] and hand back its rows as [`Value`]s.
+//!
+//! The calls name every object with its schema and contain no operator, and the stores run them
+//! with `search_path = pg_catalog, pg_temp`: nothing a role with CREATE on some schema defines
+//! can be picked instead. An answer that is not exactly what the protocol promises (a NULL, a
+//! wrong type, a machine id beyond the machine bits, an unknown outcome) is an error, never an
+//! id.
+
+use std::fmt;
+
+/// What one holder asks of the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub namespace: String,
+    pub machine_bits: u32,
+    pub instance_id: String,
+    pub stable: bool,
+}
+
+/// A parameter of a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Param {
+    Text(String),
+    Int(i32),
+    BigInt(i64),
+    Bool(bool),
+}
+
+/// The SQL type of an answer's column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Text,
+    Int,
+    BigInt,
+    Bool,
+}
+
+/// A value of an answer, read by the store as the column's [`Kind`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Null,
+    Text(String),
+    Int(i32),
+    BigInt(i64),
+    Bool(bool),
+}
+
+/// One call of the protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub sql: &'static str,
+    pub params: Vec<Param>,
+    /// The answer's columns, in order.
+    pub columns: &'static [Kind],
+}
+
+/// Whether the store has the protocol installed (no privilege on it needed to ask).
+pub const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
+    'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)'::pg_catalog.text) \
+    IS NOT NULL";
+pub const READINESS_COLUMNS: &[Kind] = &[Kind::Bool];
+
+const CLAIM_SQL: &str = "SELECT outcome, machine_id, previous_watermark_ms, expires_at_ms, \
+    store_now_ms FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)";
+const CLAIM_COLUMNS: &[Kind] = &[
+    Kind::Text,
+    Kind::Int,
+    Kind::BigInt,
+    Kind::BigInt,
+    Kind::BigInt,
+];
+const RENEW_SQL: &str =
+    "SELECT expires_at_ms, store_now_ms FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)";
+const RENEW_COLUMNS: &[Kind] = &[Kind::BigInt, Kind::BigInt];
+const RELEASE_SQL: &str = "SELECT cosid.lease_release($1, $2, $3, $4, $5)";
+const RELEASE_COLUMNS: &[Kind] = &[Kind::Bool];
+
+/// The claim token as the store keeps it.
+pub fn token_text(token: u64) -> String {
+    format!("{token:016x}")
+}
+
+pub fn claim(holder: &Holder, safe_guard_ms: u64, token: u64, watermark_ms: i64) -> Call {
+    Call {
+        sql: CLAIM_SQL,
+        params: vec![
+            Param::Text(holder.namespace.clone()),
+            Param::Int(holder.machine_bits as i32),
+            Param::Text(holder.instance_id.clone()),
+            Param::Bool(holder.stable),
+            Param::BigInt(safe_guard_ms.min(i64::MAX as u64) as i64),
+            Param::Text(token_text(token)),
+            Param::BigInt(watermark_ms),
+        ],
+        columns: CLAIM_COLUMNS,
+    }
+}
+
+pub fn renew(
+    holder: &Holder,
+    machine_id: u32,
+    token: u64,
+    safe_guard_ms: u64,
+    watermark_ms: i64,
+) -> Call {
+    Call {
+        sql: RENEW_SQL,
+        params: vec![
+            Param::Text(holder.namespace.clone()),
+            Param::Int(machine_id as i32),
+            Param::Text(holder.instance_id.clone()),
+            Param::Text(token_text(token)),
+            Param::BigInt(safe_guard_ms.min(i64::MAX as u64) as i64),
+            Param::BigInt(watermark_ms),
+        ],
+        columns: RENEW_COLUMNS,
+    }
+}
+
+pub fn release(holder: &Holder, machine_id: u32, token: u64, watermark_ms: i64) -> Call {
+    Call {
+        sql: RELEASE_SQL,
+        params: vec![
+            Param::Text(holder.namespace.clone()),
+            Param::Int(machine_id as i32),
+            Param::Text(holder.instance_id.clone()),
+            Param::Text(token_text(token)),
+            Param::BigInt(watermark_ms),
+        ],
+        columns: RELEASE_COLUMNS,
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// A machine id; the claimer must wait until its clock passes `previous_watermark_ms`.
+    Claimed {
+        machine_id: u32,
+        how: ClaimedHow,
+        previous_watermark_ms: i64,
+        expires_at_ms: i64,
+        store_now_ms: i64,
+    },
+    /// This instance's own lease is still live under another claim: it may be taken once it
+    /// expires, at `expires_at_ms` by the store's clock.
+    Busy { machine_id: u32, expires_at_ms: i64 },
+    /// Every machine id of the namespace is held.
+    Exhausted,
+    /// Other claims kept changing the rows this one chose; try again.
+    Contended,
+    /// A live lease of the namespace uses other machine bits.
+    MachineBitsMismatch,
+}
+
+/// Which kind of lease a claim took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimedHow {
+    Own,
+    Released,
+    New,
+    Expired,
+}
+
+impl ClaimedHow {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimedHow::Own => "own",
+            ClaimedHow::Released => "released",
+            ClaimedHow::New => "new",
+            ClaimedHow::Expired => "expired",
+        }
+    }
+}
+
+impl fmt::Display for ClaimedHow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    pub expires_at_ms: i64,
+    pub store_now_ms: i64,
+}
+
+/// An answer that is not what the protocol promises.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MalformedAnswer(String);
+
+impl fmt::Display for MalformedAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the lease store answered {} ", self.0)?;
+        f.write_str("(is the store's lease protocol the one of this version of cosid?)")
+    }
+}
+
+fn malformed(what: impl Into<String>) -> MalformedAnswer {
+    MalformedAnswer(what.into())
+}
+
+/// The single row of a call's answer, with as many values as the call has columns.
+fn single_row<'a>(
+    call: &'static str,
+    rows: &'a [Vec<Value>],
+    columns: usize,
+) -> Result<&'a [Value], MalformedAnswer> {
+    match rows {
+        [row] if row.len() == columns => Ok(row),
+        [row] => Err(malformed(format!(
+            "{call} with {} columns instead of {columns}",
+            row.len()
+        ))),
+        _ => Err(malformed(format!(
+            "{call} with {} rows instead of one",
+            rows.len()
+        ))),
+    }
+}
+
+fn text<'a>(value: &'a Value, what: &str) -> Result<&'a str, MalformedAnswer> {
+    match value {
+        Value::Text(text) => Ok(text),
+        Value::Null => Err(malformed(format!("no {what}"))),
+        other => Err(malformed(format!("{what} {other:?}, not text"))),
+    }
+}
+
+fn bigint(value: &Value, what: &str) -> Result<i64, MalformedAnswer> {
+    match value {
+        Value::BigInt(number) => Ok(*number),
+        Value::Null => Err(malformed(format!("no {what}"))),
+        other => Err(malformed(format!("{what} {other:?}, not a bigint"))),
+    }
+}
+
+fn boolean(value: &Value, what: &str) -> Result<bool, MalformedAnswer> {
+    match value {
+        Value::Bool(flag) => Ok(*flag),
+        Value::Null => Err(malformed(format!("no {what}"))),
+        other => Err(malformed(format!("{what} {other:?}, not a boolean"))),
+    }
+}
+
+/// A machine id that fits `machine_bits`.
+fn machine_id(value: &Value, machine_bits: u32) -> Result<u32, MalformedAnswer> {
+    let max = (1u64 << machine_bits) - 1;
+    match value {
+        Value::Int(id) if *id >= 0 && (*id as u64) <= max => Ok(*id as u32),
+        Value::Int(id) => Err(malformed(format!(
+            "machine id {id}, outside 0 to {max} ({machine_bits} machine bits)"
+        ))),
+        Value::Null => Err(malformed("no machine id")),
+        other => Err(malformed(format!("machine id {other:?}, not an integer"))),
+    }
+}
+
+/// The outcome of a claim made with `machine_bits`.
+pub fn decode_claim(
+    rows: &[Vec<Value>],
+    machine_bits: u32,
+) -> Result<ClaimOutcome, MalformedAnswer> {
+    let row = single_row("the claim", rows, CLAIM_COLUMNS.len())?;
+    let how = match text(&row[0], "claim outcome")? {
+        "exhausted" => return Ok(ClaimOutcome::Exhausted),
+        "contended" => return Ok(ClaimOutcome::Contended),
+        "machine_bits" => return Ok(ClaimOutcome::MachineBitsMismatch),
+        "busy" => {
+            return Ok(ClaimOutcome::Busy {
+                machine_id: machine_id(&row[1], machine_bits)?,
+                expires_at_ms: bigint(&row[3], "expiry")?,
+            })
+        }
+        "own" => ClaimedHow::Own,
+        "released" => ClaimedHow::Released,
+        "new" => ClaimedHow::New,
+        "expired" => ClaimedHow::Expired,
+        other => {
+            let shown: String = other.chars().take(40).collect();
+            return Err(malformed(format!("the unknown claim outcome \"{shown}\"")));
+        }
+    };
+    Ok(ClaimOutcome::Claimed {
+        machine_id: machine_id(&row[1], machine_bits)?,
+        how,
+        previous_watermark_ms: bigint(&row[2], "previous watermark")?,
+        expires_at_ms: bigint(&row[3], "expiry")?,
+        store_now_ms: bigint(&row[4], "store time")?,
+    })
+}
+
+/// A renewal: `None` when it matched no row (the lease is lost).
+pub fn decode_renew(rows: &[Vec<Value>]) -> Result<Option<Renewed>, MalformedAnswer> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let row = single_row("the renewal", rows, RENEW_COLUMNS.len())?;
+    Ok(Some(Renewed {
+        expires_at_ms: bigint(&row[0], "expiry")?,
+        store_now_ms: bigint(&row[1], "store time")?,
+    }))
+}
+
+/// Whether the lease released was still this holder's.
+pub fn decode_release(rows: &[Vec<Value>]) -> Result<bool, MalformedAnswer> {
+    let row = single_row("the release", rows, RELEASE_COLUMNS.len())?;
+    boolean(&row[0], "release result")
+}
+
+/// Whether the protocol is installed in the store.
+pub fn decode_readiness(rows: &[Vec<Value>]) -> Result<bool, MalformedAnswer> {
+    let row = single_row("the protocol check", rows, READINESS_COLUMNS.len())?;
+    boolean(&row[0], "protocol check result")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder() -> Holder {
+        Holder {
+            namespace: "orders".into(),
+            machine_bits: 3,
+            instance_id: "db1:5432:7".into(),
+            stable: false,
+        }
+    }
+
+    fn claim_row(outcome: Value, machine_id: Value) -> Vec<Vec<Value>> {
+        vec![vec![
+            outcome,
+            machine_id,
+            Value::BigInt(100),
+            Value::BigInt(5_000),
+            Value::BigInt(1_000),
+        ]]
+    }
+
+    #[test]
+    fn calls_carry_their_parameters_in_order_and_no_operator() {
+        let call = claim(&holder(), 4_000, 0xab, 9_000);
+        assert_eq!(call.params.len(), 7);
+        assert_eq!(call.params[5], Param::Text("00000000000000ab".into()));
+        assert_eq!(call.params[6], Param::BigInt(9_000));
+        assert_eq!(renew(&holder(), 5, 1, 4_000, 9_000).params.len(), 6);
+        assert_eq!(release(&holder(), 5, 1, 9_000).params.len(), 5);
+        for sql in [CLAIM_SQL, RENEW_SQL, RELEASE_SQL, READINESS_SQL] {
+            for operator in ['*', '+', '-', '/', '<', '>', '=', '|', '~'] {
+                assert!(!sql.contains(operator), "{sql} has {operator}");
+            }
+        }
+        for (sql, count) in [(CLAIM_SQL, 7), (RENEW_SQL, 6), (RELEASE_SQL, 5)] {
+            assert!(sql.contains(&format!("${count})")), "{sql}");
+        }
+    }
+
+    #[test]
+    fn claims_decode_every_outcome() {
+        let rows = claim_row(Value::Text("new".into()), Value::Int(7));
+        assert_eq!(
+            decode_claim(&rows, 3),
+            Ok(ClaimOutcome::Claimed {
+                machine_id: 7,
+                how: ClaimedHow::New,
+                previous_watermark_ms: 100,
+                expires_at_ms: 5_000,
+                store_now_ms: 1_000
+            })
+        );
+        for (text, how) in [
+            ("own", ClaimedHow::Own),
+            ("released", ClaimedHow::Released),
+            ("expired", ClaimedHow::Expired),
+        ] {
+            let rows = claim_row(Value::Text(text.into()), Value::Int(1));
+            assert!(matches!(
+                decode_claim(&rows, 3),
+                Ok(ClaimOutcome::Claimed { how: h, .. }) if h == how
+            ));
+        }
+        let busy = claim_row(Value::Text("busy".into()), Value::Int(2));
+        assert_eq!(
+            decode_claim(&busy, 3),
+            Ok(ClaimOutcome::Busy {
+                machine_id: 2,
+                expires_at_ms: 5_000
+            })
+        );
+        for (text, outcome) in [
+            ("exhausted", ClaimOutcome::Exhausted),
+            ("contended", ClaimOutcome::Contended),
+            ("machine_bits", ClaimOutcome::MachineBitsMismatch),
+        ] {
+            let rows = vec![vec![
+                Value::Text(text.into()),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::BigInt(1),
+            ]];
+            assert_eq!(decode_claim(&rows, 3), Ok(outcome));
+        }
+    }
+
+    #[test]
+    fn malformed_claims_are_errors_not_ids() {
+        let cases = [
+            claim_row(Value::Text("new".into()), Value::Null),
+            claim_row(Value::Text("new".into()), Value::Int(8)),
+            claim_row(Value::Text("new".into()), Value::Int(-1)),
+            claim_row(Value::Text("new".into()), Value::BigInt(1)),
+            claim_row(Value::Text("busy".into()), Value::Int(9)),
+            claim_row(Value::Text("stolen".into()), Value::Int(1)),
+            claim_row(Value::Null, Value::Int(1)),
+            claim_row(Value::Int(3), Value::Int(1)),
+            vec![],
+            vec![vec![Value::Text("new".into())]],
+        ];
+        for rows in cases {
+            assert!(decode_claim(&rows, 3).is_err(), "{rows:?}");
+        }
+        let mut no_watermark = claim_row(Value::Text("released".into()), Value::Int(1));
+        no_watermark[0][2] = Value::Null;
+        let error = decode_claim(&no_watermark, 3).unwrap_err().to_string();
+        assert!(error.contains("no previous watermark"), "{error}");
+        let twice = [
+            claim_row(Value::Text("new".into()), Value::Int(1)),
+            claim_row(Value::Text("new".into()), Value::Int(2)),
+        ]
+        .concat();
+        assert!(decode_claim(&twice, 3).is_err());
+        let long = "x".repeat(10_000);
+        let error = decode_claim(&claim_row(Value::Text(long), Value::Int(1)), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(error.len() < 300, "{error}");
+    }
+
+    #[test]
+    fn renewals_and_releases() {
+        assert_eq!(decode_renew(&[]), Ok(None));
+        assert_eq!(
+            decode_renew(&[vec![Value::BigInt(5), Value::BigInt(1)]]),
+            Ok(Some(Renewed {
+                expires_at_ms: 5,
+                store_now_ms: 1
+            }))
+        );
+        assert!(decode_renew(&[vec![Value::Null, Value::BigInt(1)]]).is_err());
+        assert!(decode_renew(&[vec![Value::BigInt(5)]]).is_err());
+        assert_eq!(decode_release(&[vec![Value::Bool(true)]]), Ok(true));
+        assert_eq!(decode_release(&[vec![Value::Bool(false)]]), Ok(false));
+        assert!(decode_release(&[vec![Value::Null]]).is_err());
+        assert!(decode_release(&[]).is_err());
+        assert_eq!(decode_readiness(&[vec![Value::Bool(true)]]), Ok(true));
+    }
+}

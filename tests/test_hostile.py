@@ -1,0 +1,400 @@
+"""cosid against hostile roles and careless operators, on real clusters: lease rows that cannot
+be deleted or emptied (and two servers that never duplicate while somebody tries), rows that
+survive pg_dump and pg_restore, a store role that can neither read claim tokens nor touch other
+servers' leases, an operator planted in `public` that the lease worker never runs, and an
+advisory lock that no longer stalls claims."""
+
+import os
+import subprocess
+import unittest
+
+from clients import LoopingClients, duplicates, sessions_not_increasing
+from fleet import FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, start_store
+from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port, parse_error
+from test_lease import FAST_LEASES, lease_cluster, status, try_next, wait_for, wait_up
+
+ONE_BIT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}
+TOKEN_COLUMNS = "namespace, machine_id, instance_id, claim_token, state, claimed_at"
+
+
+def query_as(cluster, role, sql, password=None, db="postgres"):
+    """Runs SQL as `role` over TCP (with a password when given); raises SqlError."""
+    env = dict(os.environ, PGPASSWORD=password) if password else None
+    command = [str(PG_BIN / "psql"), "-X", "-q", "-At", "-h", "127.0.0.1", "-p",
+               str(cluster.port), "-U", role, "-d", db, "-v", "ON_ERROR_STOP=1",
+               "-v", "VERBOSITY=verbose", "-c", sql]
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            timeout=60, env=env)
+    if result.returncode != 0:
+        raise parse_error(result.stderr)
+    return result.stdout.strip()
+
+
+class Hostile(unittest.TestCase):
+    def setUp(self):
+        self.clusters, self.proxies = [], []
+        self.addCleanup(self.stop_everything)
+
+    def stop_everything(self):
+        for proxy in self.proxies:
+            proxy.close()
+        for cluster in reversed(self.clusters):
+            cluster.stop(mode="immediate", check=False)
+
+    def track(self, cluster):
+        self.clusters.append(cluster)
+        return cluster
+
+    def fleet_server(self, name, port, store, extra=None, via=None):
+        server = self.track(fleet_server(name, port, store.port, {**FAST_LEASES, **(extra or {})},
+                                         via=via))
+        server.start()
+        server.query("CREATE EXTENSION cosid")
+        return server
+
+    def assert_refused(self, sqlstate, run, *args):
+        with self.assertRaises(SqlError) as refused:
+            run(*args)
+        self.assertEqual(refused.exception.sqlstate, sqlstate, refused.exception.stderr)
+        return refused.exception
+
+    # -- 1. deleted rows --------------------------------------------------------------------
+
+    def test_lease_rows_cannot_be_deleted_while_two_servers_generate(self):
+        # The scenario that gave 92,102 duplicates: S1 renews every 10 s, S2 every second, and
+        # somebody empties the lease table of the store.
+        store = self.track(start_store("hostile-del-store", 25400))
+        slow = self.fleet_server("hostile-del-s1", 25410, store, {
+            **ONE_BIT, "cosid.safe_guard_duration": "'12s'", "cosid.guarder_delay": "'10s'",
+            "cosid.guarder_initial_delay": "'10s'"})
+        fast = self.fleet_server("hostile-del-s2", 25413, store, {
+            **ONE_BIT, "cosid.guarder_delay": "'1s'", "cosid.guarder_initial_delay": "'1s'"})
+        held = {s.name: wait_up(s)["machine_id"] for s in (slow, fast)}
+        self.assertEqual(len(set(held.values())), 2, held)
+        rows_before = store.rows(f"SELECT {TOKEN_COLUMNS} FROM cosid.machine_lease ORDER BY 2")
+        loads = [LoopingClients(s, clients=2, batch=2000, batches_per_session=5)
+                 for s in (slow, fast)]
+        for load in loads:
+            load.__enter__()
+        try:
+            wait_for(lambda: all(load.ids_so_far() > 20_000 for load in loads), 30, "ids")
+            # The store's superuser, not only the fleet's role, is refused.
+            for statement in ("DELETE FROM cosid.machine_lease",
+                              f"DELETE FROM cosid.machine_lease WHERE machine_id = "
+                              f"{held[slow.name]}",
+                              "TRUNCATE cosid.machine_lease"):
+                refused = self.assert_refused("42501", store.query, statement)
+                self.assertIn("cannot be deleted", refused.message)
+                self.assertIn("presumed never used", refused.stderr)
+                self.assertIn("cosid.lease_retire()", refused.stderr)
+            for statement in ("DELETE FROM cosid.machine_lease",
+                              "TRUNCATE cosid.machine_lease"):
+                self.assert_refused("42501", query_as, store, FLEET_ROLE, statement,
+                                    FLEET_PASSWORD)
+            # Neither can a superuser lower a watermark or move a row to another machine id.
+            self.assert_refused("42501", store.query,
+                                "UPDATE cosid.machine_lease SET watermark_ms = 0")
+            self.assert_refused("42501", store.query,
+                                "UPDATE cosid.machine_lease SET machine_id = machine_id + 2")
+            # The fast server renews a few more times, and both go on generating.
+            renewed = store.query("SELECT max(renewed_at) FROM cosid.machine_lease")
+            wait_for(lambda: store.query("SELECT max(renewed_at) FROM cosid.machine_lease")
+                     > renewed, 5, "a renewal after the attempts")
+            counts = [load.ids_so_far() for load in loads]
+            wait_for(lambda: all(load.ids_so_far() > count + 20_000
+                                 for load, count in zip(loads, counts)), 30, "more ids")
+        finally:
+            for load in loads:
+                load.__exit__()
+        sessions = [s for load in loads for s in load.sessions]
+        total = sum(len(s.ids) for s in sessions)
+        self.assertEqual(duplicates(sessions), 0)
+        self.assertEqual(sessions_not_increasing(sessions), [])
+        self.assertEqual([s.error for s in sessions if s.error], [])
+        self.assertEqual(store.rows(f"SELECT {TOKEN_COLUMNS} FROM cosid.machine_lease "
+                                    "ORDER BY 2"), rows_before)
+        self.assertEqual({s.name: status(s)["machine_id"] for s in (slow, fast)}, held)
+        print(f"\n  {total} ids from two servers while their rows were attacked, 0 duplicates",
+              end=" ")
+
+    def test_retiring_is_for_superusers_and_only_for_machine_ids_not_in_use(self):
+        store = self.track(start_store("hostile-retire-store", 25420))
+        server = self.fleet_server("hostile-retire", 25423, store)
+        machine_id = wait_up(server)["machine_id"]
+        refused = self.assert_refused("55006", store.query,
+                                      f"SELECT cosid.lease_retire('cosid', {machine_id})")
+        self.assertIn("is held", refused.message)
+        # A machine id released an hour ago, and one released just now.
+        store.query("""
+            INSERT INTO cosid.machine_lease (namespace, machine_id, machine_bits, instance_id,
+                claim_token, stable, state, claimed_at, renewed_at, expires_at, safe_guard,
+                watermark_ms, claim_floor_ms, released_ms)
+            SELECT 'old', m, 10, 'gone', 'x', false, 'released', now() - interval '2 hours',
+                   now() - interval '1 hour', now() - interval '1 hour', interval '5 min',
+                   (extract(epoch FROM now() - interval '55 min') * 1000)::bigint, 0,
+                   (extract(epoch FROM now() - interval '1 hour') * 1000)
+                       ::bigint + m * 3600000
+              FROM generate_series(0, 1) m""")
+        self.assert_refused("42501", query_as, store, FLEET_ROLE,
+                            "SELECT cosid.lease_retire('old', 0)", FLEET_PASSWORD)
+        refused = self.assert_refused("55006", store.query, "SELECT cosid.lease_retire('old')")
+        self.assertIn("may have issued ids until", refused.message)
+        self.assertEqual(store.query("SELECT cosid.lease_retire('old', 0)"), "1")
+        self.assertEqual(store.query("SELECT machine_id FROM cosid.machine_lease "
+                                     "WHERE namespace = 'old'"), "1")
+        self.assertIsNotNone(try_next(server)[0])
+
+    def test_lease_rows_survive_dump_and_restore_of_a_store(self):
+        # The servers reach the store through proxies; the store is dumped once they can no
+        # longer write (an exact dump), restored into another cluster, and the proxies then
+        # lead there: both servers renew the leases they hold, with no new claim.
+        store = self.track(start_store("hostile-dump-store", 25430))
+        servers = []
+        for index in range(2):
+            proxy = Proxy(store.port)
+            self.proxies.append(proxy)
+            servers.append(self.fleet_server(f"hostile-dump-{index}", 25433 + 3 * index, store,
+                                             ONE_BIT, via=proxy))
+        held = {s.name: wait_up(s) for s in servers}
+        loads = [LoopingClients(s, clients=1, batch=2000, batches_per_session=5)
+                 for s in servers]
+        for load in loads:
+            load.__enter__()
+        try:
+            wait_for(lambda: all(load.ids_so_far() > 10_000 for load in loads), 30, "ids")
+            for proxy in self.proxies:
+                proxy.set_mode("blackhole")
+            dump = store.base / "store.dump"
+            roles = store.base / "roles.sql"
+            subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", store.port,
+                                        "-U", "postgres", "-Fc", "-f", dump, "postgres"]),
+                           check=True)
+            subprocess.run(as_postgres([PG_BIN / "pg_dumpall", "-h", "127.0.0.1", "-p",
+                                        store.port, "-U", "postgres", "--roles-only", "-f",
+                                        roles]), check=True)
+            # A renewal the store had received before the cut may still commit: the claims
+            # themselves cannot change.
+            rows = store.rows(f"SELECT {TOKEN_COLUMNS} FROM cosid.machine_lease ORDER BY 2")
+            restored = self.track(Cluster("hostile-dump-restored", free_port(25440),
+                                          preload=False).init())
+            (restored.data / "pg_hba.conf").write_text((store.data / "pg_hba.conf").read_text())
+            restored.start()
+            subprocess.run(as_postgres([PG_BIN / "psql", "-X", "-q", "-h", "127.0.0.1", "-p",
+                                        restored.port, "-U", "postgres", "-d", "postgres",
+                                        "-f", roles]), check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(as_postgres([PG_BIN / "pg_restore", "-h", "127.0.0.1", "-p",
+                                        restored.port, "-U", "postgres", "-d", "postgres",
+                                        "--exit-on-error", dump]), check=True)
+            self.assertEqual(restored.rows(f"SELECT {TOKEN_COLUMNS} FROM cosid.machine_lease "
+                                           "ORDER BY 2"), rows)
+            store.stop(mode="immediate")
+            for proxy in self.proxies:
+                proxy.target_port = restored.port
+                proxy.set_mode("reset")
+                proxy.set_mode("pass")
+            counts = [load.ids_so_far() for load in loads]
+            wait_for(lambda: all(load.ids_so_far() > count + 10_000
+                                 for load, count in zip(loads, counts)), 30,
+                     "ids after the restore")
+        finally:
+            for load in loads:
+                load.__exit__()
+        for server in servers:
+            now = wait_up(server)
+            self.assertEqual(now["machine_id"], held[server.name]["machine_id"])
+            self.assertEqual(now["instance_id"], held[server.name]["instance_id"])
+        sessions = [s for load in loads for s in load.sessions]
+        self.assertEqual(duplicates(sessions), 0)
+        # The restored store keeps its guards, its owner and the least privilege of its roles.
+        self.assert_refused("42501", restored.query, "DELETE FROM cosid.machine_lease")
+        self.assertEqual(restored.query(
+            "SELECT DISTINCT pg_get_userbyid(proowner) || ' ' || prosecdef FROM pg_proc "
+            "WHERE proname IN ('lease_claim', 'lease_renew', 'lease_release')"),
+            "cosid_lease_owner true")
+        self.assert_refused("42501", query_as, restored, FLEET_ROLE,
+                            "SELECT claim_token FROM cosid.machine_lease", FLEET_PASSWORD)
+
+    def test_lease_rows_survive_dump_and_restore_of_the_extension(self):
+        cluster = self.track(lease_cluster("hostile-dump-ext", 25445))
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        rows = cluster.rows(f"SELECT {TOKEN_COLUMNS}, watermark_ms FROM cosid.machine_lease")
+        self.assertEqual(len(rows), 1)
+        dump = cluster.base / "postgres.dump"
+        subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
+                                    "-U", "postgres", "-Fc", "-f", dump, "postgres"]),
+                       check=True)
+        cluster.query("CREATE DATABASE restored")
+        subprocess.run(as_postgres([PG_BIN / "pg_restore", "-h", "127.0.0.1", "-p",
+                                    cluster.port, "-U", "postgres", "-d", "restored",
+                                    "--exit-on-error", dump]), check=True)
+        restored = cluster.rows(f"SELECT {TOKEN_COLUMNS}, watermark_ms FROM cosid.machine_lease",
+                                db="restored")
+        self.assertEqual(len(restored), 1)
+        # Renewals went on between the read and the dump: the claim is the same, the watermark
+        # no lower.
+        self.assertEqual(restored[0][:6], rows[0][:6])
+        self.assertGreaterEqual(int(restored[0][6]), int(rows[0][6]))
+        self.assert_refused("42501", cluster.query, "TRUNCATE cosid.machine_lease", "restored")
+
+    # -- 2. a stolen store credential ---------------------------------------------------------
+
+    def test_store_role_cannot_read_tokens_or_touch_other_leases(self):
+        store = self.track(start_store("hostile-role-store", 25450))
+        victim = self.fleet_server("hostile-role-victim", 25453, store, ONE_BIT)
+        held = wait_up(victim)
+        machine_id, instance_id = held["machine_id"], held["instance_id"]
+        token = store.query("SELECT claim_token FROM cosid.machine_lease "
+                            f"WHERE machine_id = {machine_id}")
+        load = LoopingClients(victim, clients=2, batch=2000, batches_per_session=5)
+        with load:
+            wait_for(lambda: load.ids_so_far() > 10_000, 30, "ids")
+
+            def as_fleet(sql):
+                return query_as(store, FLEET_ROLE, sql, FLEET_PASSWORD)
+
+            for sql in ("SELECT claim_token FROM cosid.machine_lease",
+                        "SELECT * FROM cosid.lease_namespace",
+                        "SELECT * FROM cosid.leases",
+                        f"UPDATE cosid.machine_lease SET claim_token = 'mine' "
+                        f"WHERE machine_id = {machine_id}",
+                        "DELETE FROM cosid.machine_lease",
+                        "TRUNCATE cosid.machine_lease",
+                        "INSERT INTO cosid.machine_lease SELECT * FROM cosid.machine_lease",
+                        "SELECT cosid.lease_retire('cosid', 0)"):
+                self.assert_refused("42501", as_fleet, sql)
+            # Releasing without the token, however it is guessed, changes nothing.
+            for guess in ("", "0", "0000000000000000", token.upper(), f"{token}' OR 'x'='x"):
+                self.assertEqual(as_fleet(
+                    f"SELECT cosid.lease_release('cosid', {machine_id}, '{instance_id}', "
+                    f"$${guess}$$, 0)"), "f")
+            # Renewing someone else's lease is a loss for the caller, not a change.
+            self.assertEqual(as_fleet(
+                f"SELECT count(*) FROM cosid.lease_renew('cosid', {machine_id}, "
+                f"'{instance_id}', 'guess', 1, 0)"), "0")
+            # An impostor claiming with the victim's identity waits for it to expire, which
+            # never happens while the victim renews; under its own identity it gets the other
+            # machine id.
+            self.assertEqual(as_fleet(
+                "SELECT outcome, machine_id FROM cosid.lease_claim('cosid', 1, "
+                f"'{instance_id}', false, 4000, 'impostor', 0)"), f"busy|{machine_id}")
+            self.assertEqual(as_fleet(
+                "SELECT outcome, machine_id FROM cosid.lease_claim('cosid', 1, 'impostor', "
+                "false, 4000, 'impostor', 0)"), f"new|{1 - int(machine_id)}")
+            self.assertEqual(as_fleet(
+                "SELECT outcome FROM cosid.lease_claim('cosid', 1, 'impostor-2', false, 4000, "
+                "'impostor-2', 0)"), "exhausted")
+            count = load.ids_so_far()
+            wait_for(lambda: load.ids_so_far() > count + 10_000, 30, "ids after the attempts")
+        self.assertEqual(store.query("SELECT claim_token FROM cosid.machine_lease "
+                                     f"WHERE machine_id = {machine_id}"), token)
+        self.assertEqual(wait_up(victim)["machine_id"], machine_id)
+        self.assertEqual(duplicates(load.sessions), 0)
+        self.assertEqual([s.error for s in load.sessions if s.error], [])
+
+    # -- 4. an operator planted in public -----------------------------------------------------
+
+    PLANT = """
+        CREATE TABLE public.pwned (at timestamptz DEFAULT now(), who text);
+        GRANT INSERT ON public.pwned TO PUBLIC;
+        CREATE FUNCTION public.evil(a numeric, b integer) RETURNS numeric LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO public.pwned (who) VALUES (current_user);
+            BEGIN
+                EXECUTE 'ALTER ROLE hostile SUPERUSER';
+            EXCEPTION WHEN others THEN NULL;
+            END;
+            RETURN a * b::numeric;
+        END $$;
+        CREATE OPERATOR public.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = public.evil);
+        CREATE FUNCTION public.evil_div(a bigint, b numeric) RETURNS numeric LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO public.pwned (who) VALUES (current_user);
+            RETURN a::numeric / b;
+        END $$;
+        CREATE OPERATOR public./ (LEFTARG = bigint, RIGHTARG = numeric, FUNCTION = public.evil_div);
+        """
+
+    def plant(self, cluster):
+        """A role that owns the database, and so may create in public, plants operators that
+        a query with an inexact match would pick over pg_catalog's."""
+        cluster.query("CREATE ROLE hostile LOGIN; ALTER DATABASE postgres OWNER TO hostile; "
+                      "ALTER SCHEMA public OWNER TO hostile")
+        query_as(cluster, "hostile", self.PLANT)
+        # The trap works: an unqualified query with the default search_path runs it.
+        self.assertEqual(query_as(cluster, "hostile", "SELECT 2.5 * 2"), "5.0")
+        query_as(cluster, "hostile", "DELETE FROM public.pwned")
+
+    def assert_never_ran(self, cluster):
+        self.assertEqual(cluster.query("SELECT count(*) FROM public.pwned"), "0")
+        self.assertEqual(cluster.query("SELECT rolsuper FROM pg_roles WHERE rolname = 'hostile'"),
+                         "f")
+
+    def test_operator_planted_in_public_never_runs_in_the_worker(self):
+        cluster = self.track(Cluster("hostile-plant", free_port(25460), {
+            **FAST_LEASES, "cosid.stable": "on", "cosid.instance_id": "'planted'"}).init())
+        cluster.start()
+        self.plant(cluster)
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        renewed = cluster.query("SELECT renewed_at FROM cosid.machine_lease")
+        wait_for(lambda: cluster.query("SELECT renewed_at FROM cosid.machine_lease") > renewed,
+                 5, "a renewal")
+        self.assertIsNotNone(try_next(cluster)[0])
+        cluster.query("SELECT * FROM cosid.status; SELECT * FROM cosid.leases")
+        cluster.restart()  # a release, then a claim of its own lease
+        wait_up(cluster)
+        self.assert_never_ran(cluster)
+
+    def test_operator_planted_in_the_stores_public_never_runs(self):
+        store = self.track(start_store("hostile-plant-store", 25465))
+        self.plant(store)
+        server = self.fleet_server("hostile-plant-server", 25468, store)
+        wait_up(server)
+        renewed = store.query("SELECT max(renewed_at) FROM cosid.machine_lease")
+        wait_for(lambda: store.query("SELECT max(renewed_at) FROM cosid.machine_lease")
+                 > renewed, 5, "a renewal")
+        server.restart()
+        wait_up(server)
+        self.assert_never_ran(store)
+
+    # -- 5. an advisory lock --------------------------------------------------------------------
+
+    def test_advisory_lock_of_any_role_does_not_stall_claims(self):
+        cluster = self.track(lease_cluster("hostile-lock", 25470))
+        cluster.query("CREATE ROLE nobody LOGIN")
+        holder = subprocess.Popen(
+            [str(PG_BIN / "psql"), "-X", "-q", "-At", "-h", "127.0.0.1", "-p", str(cluster.port),
+             "-U", "nobody", "-d", "postgres", "-v", "ON_ERROR_STOP=1"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(holder.kill)
+        holder.stdin.write("SELECT pg_advisory_lock(hashtext('cosid.machine_lease'), "
+                           "hashtext('cosid')); SELECT 'locked';\n")
+        holder.stdin.flush()
+        self.assertEqual(holder.stdout.readline().strip(), "")
+        self.assertEqual(holder.stdout.readline().strip(), "locked")
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster, timeout=10)
+        # The lock that serialises claims now is a row lock on a table no other role may lock.
+        for sql in ("SELECT * FROM cosid.lease_namespace FOR UPDATE",
+                    "BEGIN; LOCK TABLE cosid.lease_namespace; COMMIT",
+                    "BEGIN; LOCK TABLE cosid.machine_lease; COMMIT"):
+            self.assert_refused("42501", query_as, cluster, "nobody", sql)
+
+    # -- medium: a machine id whose watermark is far ahead ---------------------------------------
+
+    def test_a_poisoned_machine_id_does_not_block_free_ones(self):
+        cluster = self.track(lease_cluster("hostile-poison", 25475))
+        cluster.query("""
+            BEGIN;
+            CREATE EXTENSION cosid;
+            SELECT cosid.lease_claim('cosid', 10, 'future', false, 4000, 'tf',
+                (extract(epoch FROM now() + interval '76 years') * 1000)::bigint);
+            SELECT cosid.lease_release('cosid', 0, 'future', 'tf',
+                (extract(epoch FROM now() + interval '76 years') * 1000)::bigint);
+            COMMIT""")
+        up = wait_up(cluster, timeout=10)
+        self.assertEqual(up["machine_id"], "1")
+        self.assertIsNotNone(try_next(cluster)[0])
+        self.assertNotIn("CLOCK_BEHIND", cluster.log())
