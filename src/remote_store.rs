@@ -207,11 +207,21 @@ pub struct RemoteStore {
     conninfo: ConnInfo,
     client: Option<Client>,
     timeout: Duration,
+    /// Whether the server is shutting down: a call under way when it starts is cut at once, so
+    /// that an unreachable store never holds a shutdown up. (A plain read of a flag the signal
+    /// handler sets, on this same thread.)
+    shutting_down: fn() -> bool,
+}
+
+/// Why a round trip did not complete.
+enum Cut {
+    TimedOut,
+    ShuttingDown,
 }
 
 impl RemoteStore {
     /// Checks the connection string; connects on the first call.
-    pub fn new(conninfo: &str) -> Result<RemoteStore, String> {
+    pub fn new(conninfo: &str, shutting_down: fn() -> bool) -> Result<RemoteStore, String> {
         let mut conninfo = ConnInfo::parse(conninfo)?;
         let config = &mut conninfo.config;
         if config.get_connect_timeout().is_none() {
@@ -237,6 +247,29 @@ impl RemoteStore {
             conninfo,
             client: None,
             timeout: Duration::from_secs(5),
+            shutting_down,
+        })
+    }
+
+    /// Runs `work` to its end, for at most `limit`; a call started before the server began to
+    /// shut down is cut when it does (the calls made during the shutdown itself, the release,
+    /// run to their limit).
+    fn bounded<F: std::future::Future>(&self, limit: Duration, work: F) -> Result<F::Output, Cut> {
+        let shutting_down = self.shutting_down;
+        let cut_on_shutdown = !shutting_down();
+        self.runtime.block_on(async move {
+            let work = tokio::time::timeout(limit, work);
+            tokio::pin!(work);
+            loop {
+                tokio::select! {
+                    done = &mut work => return done.map_err(|_| Cut::TimedOut),
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if cut_on_shutdown && shutting_down() {
+                            return Err(Cut::ShuttingDown);
+                        }
+                    }
+                }
+            }
         })
     }
 
@@ -296,10 +329,8 @@ impl RemoteStore {
             let tls = self.tls_connector()?;
             self.open(tls, limit)?
         };
-        let timeout = self.timeout;
-        self.runtime
-            .block_on(async { tokio::time::timeout(timeout, client.batch_execute(&session)).await })
-            .map_err(|_| "the lease store did not answer in time".to_string())?
+        self.bounded(self.timeout, client.batch_execute(&session))
+            .map_err(|cut| cut.describe("the session set-up"))?
             .map_err(describe)?;
         self.client = Some(client);
         Ok(())
@@ -311,11 +342,16 @@ impl RemoteStore {
         T: MakeTlsConnect<Socket>,
         T::Stream: Send + 'static,
     {
+        // At shutdown, the release must not wait for a whole connect timeout.
+        let limit = if (self.shutting_down)() {
+            limit.min(self.timeout)
+        } else {
+            limit
+        };
         let connecting = self.conninfo.config.connect(tls);
         let (client, connection) = self
-            .runtime
-            .block_on(async { tokio::time::timeout(limit, connecting).await })
-            .map_err(|_| "the lease store did not answer the connection in time".to_string())?
+            .bounded(limit, connecting)
+            .map_err(|cut| cut.describe("the connection"))?
             .map_err(describe)?;
         self.runtime.spawn(async move {
             let _ = connection.await;
@@ -327,11 +363,11 @@ impl RemoteStore {
         if self.client.is_none() {
             self.connect()?;
         }
-        let client = self.client.as_ref().expect("connected above");
+        let Some(client) = self.client.as_ref() else {
+            return Err("the lease store is not connected".to_string());
+        };
         let timeout = self.timeout;
-        let result = self
-            .runtime
-            .block_on(async { tokio::time::timeout(timeout, client.query(sql, params)).await });
+        let result = self.bounded(timeout, client.query(sql, params));
         match result {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(error)) => {
@@ -340,13 +376,10 @@ impl RemoteStore {
                 }
                 Err(describe(error))
             }
-            Err(_) => {
+            Err(cut) => {
                 // The connection may be stuck: start again with a new one.
                 self.client = None;
-                Err(format!(
-                    "the lease store did not answer within {} ms",
-                    timeout.as_millis()
-                ))
+                Err(cut.describe(&format!("a call ({} ms allowed)", timeout.as_millis())))
             }
         }
     }
@@ -431,6 +464,15 @@ fn read_value(row: &Row, index: usize, kind: Kind) -> Result<Value, String> {
             index + 1
         )
     })
+}
+
+impl Cut {
+    fn describe(&self, what: &str) -> String {
+        match self {
+            Cut::TimedOut => format!("the lease store did not answer {what} in time"),
+            Cut::ShuttingDown => format!("{what} was cut short: the server is shutting down"),
+        }
+    }
 }
 
 /// An error's message and its causes (a TLS failure says why), without the connection string

@@ -46,7 +46,9 @@ use crate::guc::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPA
 use crate::lease::{self, LeaseState};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
-use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 use std::sync::OnceLock;
 
 /// How many generators one server can hold.
@@ -161,6 +163,9 @@ pub struct LeaseStatus {
     last_renewed_at_ms: AtomicI64,
     /// The watermark last written to the store, Unix ms.
     watermark_ms: AtomicI64,
+    /// Lease workers started since the worker last connected to `cosid.database`: a worker that
+    /// cannot connect ends with a FATAL error, and the next one waits longer before trying.
+    pub connect_attempts: AtomicU32,
     pub last_error: AtomicText<32>,
 }
 
@@ -176,6 +181,7 @@ impl LeaseStatus {
             expires_at_ms: AtomicI64::new(UNKNOWN_TIME),
             last_renewed_at_ms: AtomicI64::new(UNKNOWN_TIME),
             watermark_ms: AtomicI64::new(UNKNOWN_TIME),
+            connect_attempts: AtomicU32::new(0),
             last_error: AtomicText::new(),
         }
     }

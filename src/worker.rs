@@ -20,6 +20,7 @@ use crate::shmem::{self, GeneratorSlot, LeaseProblem};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Registers the worker; only while preloading.
@@ -49,9 +50,14 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     };
     // Connected to a database even with a remote store, so that operators see the worker in
     // pg_stat_activity (backend_type 'cosid lease worker') wherever its store is.
+    if !wait_before_connecting(slot, &lease_settings.database) {
+        // SAFETY: see below.
+        unsafe { pg_sys::proc_exit(1) };
+    }
     BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
+    slot.lease.connect_attempts.store(0, Ordering::Relaxed);
     let store: Box<dyn LeaseStore> = match &lease_settings.lease_store {
-        Some(conninfo) => match RemoteStore::new(conninfo) {
+        Some(conninfo) => match RemoteStore::new(conninfo, shutdown_requested) {
             Ok(store) => Box::new(store),
             Err(why) => {
                 warning!("cosid: cannot use cosid.lease_store: {why}");
@@ -76,6 +82,29 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     // SAFETY: proc_exit runs PostgreSQL's exit callbacks and ends the process; nothing of ours is
     // left to clean up.
     unsafe { pg_sys::proc_exit(1) };
+}
+
+/// A worker that cannot connect to `cosid.database` (it does not exist, say) ends with
+/// PostgreSQL's FATAL error and is started again: each attempt after a failed one waits twice as
+/// long, up to a minute, and the reason stays in `cosid.status`. Returns false on shutdown.
+fn wait_before_connecting(slot: &GeneratorSlot, database: &str) -> bool {
+    let failed = slot.lease.connect_attempts.fetch_add(1, Ordering::Relaxed);
+    if failed == 0 {
+        return true;
+    }
+    let wait_ms = 1_000u64 << failed.min(6).saturating_sub(1);
+    let wait_ms = wait_ms.min(60_000);
+    let text = format!(
+        "the lease worker could not connect to database \"{database}\" (cosid.database); the server log says why, for example that it does not exist; trying again every {} s",
+        wait_ms / 1_000
+    );
+    slot.lease.last_error.store(&text);
+    slot.lease.set_problem(LeaseProblem::StoreError);
+    if failed == 1 {
+        warning!("cosid: {text}");
+    }
+    sleep_unless_shutdown(wait_ms);
+    !shutdown_requested()
 }
 
 struct Worker {
@@ -164,11 +193,15 @@ impl Worker {
     }
 
     /// The store, with its call timeout set from the renewal period: a call must end well
-    /// before the lease could lapse.
+    /// before the lease could lapse. At shutdown (the release), a store that does not answer
+    /// must not hold the server up for long.
     fn store(&mut self) -> &mut dyn LeaseStore {
         let delay = self.timing.guarder_delay_ms;
-        self.store
-            .set_timeout(Duration::from_millis(delay.clamp(500, 10_000)));
+        let mut timeout = Duration::from_millis(delay.clamp(500, 10_000));
+        if shutdown_requested() {
+            timeout = timeout.min(SHUTDOWN_CALL_TIMEOUT);
+        }
+        self.store.set_timeout(timeout);
         self.store.as_mut()
     }
 
@@ -578,13 +611,18 @@ impl Worker {
     }
 }
 
+/// The longest a store call may take at shutdown (the release).
+const SHUTDOWN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Sleeps until `ms` have passed, the server shuts down or the postmaster dies.
 fn sleep_unless_shutdown(ms: u64) {
     let until = boottime_ms() + ms;
     while !shutdown_requested() {
         let now = boottime_ms();
-        if now >= until {
+        if now >= until
+            || !BackgroundWorker::wait_latch(Some(Duration::from_millis((until - now).min(50))))
+        {
             break;
         }
-        BackgroundWorker::wait_latch(Some(Duration::from_millis((until - now).min(50))));
     }
 }

@@ -6,6 +6,7 @@ advisory lock that no longer stalls claims."""
 
 import os
 import subprocess
+import time
 import unittest
 
 from clients import LoopingClients, duplicates, sessions_not_increasing
@@ -398,3 +399,90 @@ class Hostile(unittest.TestCase):
         self.assertEqual(up["machine_id"], "1")
         self.assertIsNotNone(try_next(cluster)[0])
         self.assertNotIn("CLOCK_BEHIND", cluster.log())
+
+    # -- medium: a store that answers nonsense --------------------------------------------------
+
+    def test_a_malformed_store_answer_is_an_error_not_an_id(self):
+        store = self.track(start_store("hostile-answer-store", 25480))
+        # The store's claim answers a machine id beyond 10 bits, then one with no watermark.
+        store.query("""
+            CREATE OR REPLACE FUNCTION cosid.lease_claim(p_namespace text,
+                p_machine_bits integer, p_instance_id text, p_stable boolean,
+                p_safe_guard_ms bigint, p_claim_token text, p_watermark_ms bigint)
+            RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+                           expires_at_ms bigint, store_now_ms bigint)
+            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+            AS $$ SELECT 'new', 5000, 0::bigint, 0::bigint, 0::bigint $$""")
+        server = self.fleet_server("hostile-answer", 25483, store)
+        wait_for(lambda: "machine id 5000, outside 0 to 1023" in (status(server)["last_error"]
+                                                                  or ""), 10, "the refusal")
+        self.assertEqual(status(server)["state"], "CLAIMING")
+        self.assertEqual(try_next(server)[1], "55000")
+        store.query("""
+            CREATE OR REPLACE FUNCTION cosid.lease_claim(p_namespace text,
+                p_machine_bits integer, p_instance_id text, p_stable boolean,
+                p_safe_guard_ms bigint, p_claim_token text, p_watermark_ms bigint)
+            RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+                           expires_at_ms bigint, store_now_ms bigint)
+            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+            AS $$ SELECT 'released', 3, NULL::bigint, 0::bigint, 0::bigint $$""")
+        wait_for(lambda: "no previous watermark" in (status(server)["last_error"] or ""), 10,
+                 "the refusal of a NULL watermark")
+        self.assertEqual(try_next(server)[1], "55000")
+        self.assertNotIn("panicked", server.log())
+        self.assertNotIn("server process (PID", server.log())
+
+    # -- medium: cosid.database names no database -----------------------------------------------
+
+    def test_missing_database_is_reported_and_retried_with_backoff(self):
+        cluster = self.track(lease_cluster("hostile-nodb", 25486, **{"cosid.database": "'nodb'"}))
+        cluster.query("CREATE EXTENSION cosid")  # for cosid.status only
+        refused = wait_for(lambda: "nodb" in (status(cluster)["last_error"] or "")
+                           and status(cluster), 10, "the reason in cosid.status")
+        self.assertIn('could not connect to database "nodb" (cosid.database)',
+                      refused["last_error"])
+        started = self.fatal_lines(cluster)
+        # Each attempt after a failed one waits twice as long: 1, 2, 4 s ... where a restart a
+        # second would make 8 attempts in these 8 s.
+        wait_for(lambda: "trying again every 4 s" in (status(cluster)["last_error"] or ""), 15,
+                 "the backoff to reach 4 s")
+        self.assertLessEqual(self.fatal_lines(cluster) - started, 3)
+        self.assertEqual(cluster.log().count("cosid: the lease worker could not connect"), 1)
+        cluster.query("CREATE DATABASE nodb")
+        cluster.query("CREATE EXTENSION cosid", db="nodb")
+        wait_up(cluster, timeout=70)
+
+    @staticmethod
+    def fatal_lines(cluster):
+        return cluster.log().count('FATAL:  database "nodb" does not exist')
+
+    # -- medium: shutdown with an unreachable store ---------------------------------------------
+
+    def test_shutdown_is_prompt_when_the_store_does_not_answer(self):
+        store = self.track(start_store("hostile-stop-store", 25490))
+        proxies = [Proxy(store.port), Proxy(store.port)]
+        self.proxies += proxies
+        # Default timings, so that a store call may take 10 s, and a 30 s connect timeout.
+        slow = {"cosid.safe_guard_duration": "'5min'", "cosid.guarder_delay": "'1min'",
+                "cosid.guarder_initial_delay": "'1min'"}
+        servers = []
+        for index, proxy in enumerate(proxies):
+            server = self.track(fleet_server(f"hostile-stop-{index}", 25493 + 3 * index,
+                                             store.port, slow, via=proxy,
+                                             conninfo_extra="connect_timeout=30"))
+            servers.append(server)
+        holder, claiming = servers
+        holder.start()
+        holder.query("CREATE EXTENSION cosid")
+        wait_up(holder)
+        # The store stops answering: what reaches it is held back for a minute.
+        for proxy in proxies:
+            proxy.set_mode("delay", 60)
+        claiming.start()
+        claiming.query("CREATE EXTENSION cosid")
+        wait_for(lambda: proxies[1].connections, 10, "the claiming worker to connect")
+        for server in (holder, claiming):
+            began = time.monotonic()
+            server.stop(mode="fast")
+            took = time.monotonic() - began
+            self.assertLess(took, 5.0, f"{server.name} took {took:.1f} s to stop")
