@@ -59,6 +59,6 @@ impl Clock for ServerClock {
     }
 
     fn backwards_policy(&mut self) -> BackwardsPolicy {
-        crate::guc::backwards_policy()
+        crate::shmem::backwards_policy()
     }
 }

@@ -73,6 +73,15 @@ impl CosidError {
         unreachable!("an ERROR report does not return")
     }
 
+    /// Stops the server from starting: for settings refused while the library is preloaded.
+    /// Reported at FATAL directly, once, rather than as an ERROR that unwinds through Rust and is
+    /// reported again by pgrx's guard (which appends a backtrace to DETAIL when RUST_BACKTRACE is
+    /// set); in the postmaster an ERROR would end as FATAL anyway.
+    pub fn refuse_start(self) -> ! {
+        self.into_report().report(PgLogLevel::FATAL);
+        unreachable!("a FATAL report does not return")
+    }
+
     /// Reports the error at a lower level (LOG, WARNING) and returns.
     pub fn log(self, level: PgLogLevel) {
         self.into_report().report(level);

@@ -2,9 +2,11 @@
 //!
 //! The layout, the machine id source and the instance's identity are server-start settings
 //! (`PGC_POSTMASTER`): changing them on a running server would break the ordering and uniqueness
-//! of ids. The clock thresholds and the lease timings reload on SIGHUP. A value outside a setting's range is refused by PostgreSQL itself, with a message that
-//! names the setting and the range; combinations are checked by [`server_settings`], whose error
-//! stops the server from starting.
+//! of ids. The clock thresholds and the lease timings reload on SIGHUP; the worker of the default
+//! generator checks each reload's combination as the start does, and keeps the values in force
+//! when it does not fit. A value outside a setting's range is refused by PostgreSQL itself, with
+//! a message that names the setting and the range; combinations are checked by
+//! [`server_settings`], whose error stops the server from starting.
 
 use crate::distributor::{self, DistributorKind, NoMachineId};
 use crate::error::CosidError;
@@ -86,14 +88,27 @@ pub fn init(preloading: bool) {
         .iter()
         .filter_map(|name| setting_text(name).map(|value| (*name, value)))
         .collect();
+    // That WARNING would only repeat the FATAL below: every value it could be about is checked
+    // again there. So messages below FATAL are not logged while the settings are defined.
+    // SAFETY: log_min_messages is a plain global of this process, which is still the only one
+    // (the postmaster preloading libraries); it is restored right after.
+    let log_level = unsafe {
+        let level = pg_sys::log_min_messages;
+        pg_sys::log_min_messages = PgLogLevel::FATAL as std::ffi::c_int;
+        level
+    };
     define_reloadable();
     define_server_start();
+    // SAFETY: as above.
+    unsafe { pg_sys::log_min_messages = log_level };
     for (name, value) in configured {
         let value = CString::new(value).unwrap_or_default();
         // SAFETY: both strings are NUL-terminated and outlive the call. With changeVal = false
-        // PostgreSQL only checks the value; with elevel = ERROR a rejected value raises, which
-        // during preloading stops the server with PostgreSQL's own message (the setting's name
-        // and its valid range).
+        // PostgreSQL only checks the value. A rejected value is reported at FATAL, by PostgreSQL
+        // itself and once, with its own message (the setting's name and its valid range), and
+        // the server does not start. (At ERROR, PostgreSQL would jump out of this call, and the
+        // error would be reported again from Rust, with a backtrace in its DETAIL when
+        // RUST_BACKTRACE is set.)
         unsafe {
             pg_sys::set_config_option(
                 name.as_ptr(),
@@ -102,7 +117,7 @@ pub fn init(preloading: bool) {
                 pg_sys::GucSource::PGC_S_FILE,
                 pg_sys::GucAction::GUC_ACTION_SET,
                 false,
-                PgLogLevel::ERROR as std::ffi::c_int,
+                PgLogLevel::FATAL as std::ffi::c_int,
                 false,
             );
         }
@@ -377,6 +392,8 @@ pub struct ServerSettings {
     pub namespace: String,
     pub distributor: DistributorKind,
     pub machine: MachineSource,
+    /// The clock thresholds at start; they reload (see [`clock_thresholds`]).
+    pub backwards: BackwardsPolicy,
 }
 
 /// Where the default generator's machine id comes from.
@@ -437,19 +454,11 @@ pub fn server_settings() -> Result<ServerSettings, CosidError> {
         Some(Err(why)) => MachineSource::Missing(why),
         None => MachineSource::Leased(lease_settings()?),
     };
-    let (spin, broken) = (
-        CLOCK_BACKWARDS_SPIN_THRESHOLD.get(),
-        CLOCK_BACKWARDS_BROKEN_THRESHOLD.get(),
-    );
-    if spin > broken {
-        return Err(CosidError::invalid_argument(
-            "cosid.clock_backwards_spin_threshold exceeds cosid.clock_backwards_broken_threshold",
-        )
-        .detail(format!(
-            "The spin threshold is {spin} ms and the broken threshold {broken} ms."
-        ))
-        .hint("Set the spin threshold at most as long as the broken threshold."));
-    }
+    let backwards = clock_thresholds().map_err(|why| {
+        CosidError::invalid_argument("invalid combination of cosid clock settings")
+            .detail(format!("{why}."))
+            .hint("Set cosid.clock_backwards_spin_threshold at most as long as cosid.clock_backwards_broken_threshold.")
+    })?;
     Ok(ServerSettings {
         config: GeneratorConfig {
             layout,
@@ -458,6 +467,7 @@ pub fn server_settings() -> Result<ServerSettings, CosidError> {
         namespace,
         distributor,
         machine,
+        backwards,
     })
 }
 
@@ -494,9 +504,10 @@ fn lease_settings() -> Result<LeaseSettings, CosidError> {
     let lease_store = Some(string_setting(&LEASE_STORE)).filter(|text| !text.trim().is_empty());
     if let Some(conninfo) = &lease_store {
         crate::remote_store::check(conninfo).map_err(|why| {
+            // The value is never quoted: it may hold a password.
             CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
                 .detail(format!("{why}."))
-                .hint("Use a libpq key=value connection string, such as host=store.example port=5432 dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt.")
+                .hint("Write a libpq connection string: key=value pairs, such as host=store.example dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt, with a value that holds spaces in single quotes; or a URL, such as postgresql://cosid@store.example/cosid?sslmode=require, with reserved characters percent-encoded.")
         })?;
     }
     Ok(LeaseSettings {
@@ -610,12 +621,20 @@ pub fn layout_setting() -> Result<Layout, CosidError> {
     })
 }
 
-/// The clock step back thresholds, as they are now (they reload on SIGHUP).
-pub fn backwards_policy() -> BackwardsPolicy {
+/// The clock step back thresholds as this process's settings say now (they reload on SIGHUP),
+/// checked together. Generators use the ones in force in shared memory instead (see
+/// `shmem::backwards_policy`), which only a valid combination replaces.
+pub fn clock_thresholds() -> Result<BackwardsPolicy, String> {
     let spin = CLOCK_BACKWARDS_SPIN_THRESHOLD.get().max(0) as u64;
     let broken = CLOCK_BACKWARDS_BROKEN_THRESHOLD.get().max(0) as u64;
-    BackwardsPolicy {
-        spin_threshold_ms: spin.min(broken),
-        broken_threshold_ms: broken,
+    if spin > broken {
+        return Err(format!(
+            "cosid.clock_backwards_spin_threshold ({spin} ms) must not exceed \
+             cosid.clock_backwards_broken_threshold ({broken} ms)"
+        ));
     }
+    Ok(BackwardsPolicy {
+        spin_threshold_ms: spin,
+        broken_threshold_ms: broken,
+    })
 }

@@ -18,7 +18,7 @@ mod sql;
 mod state_worker;
 mod worker;
 
-use error::{CosidError, OrRaise};
+use error::CosidError;
 use pgrx::prelude::*;
 
 ::pgrx::pg_module_magic!();
@@ -32,7 +32,7 @@ pub extern "C-unwind" fn _PG_init() {
     if !preloading {
         return;
     }
-    let settings = guc::server_settings().or_raise();
+    let settings = guc::server_settings().unwrap_or_else(|why| why.refuse_start());
     match &settings.machine {
         guc::MachineSource::Missing(why) => CosidError::prerequisite(format!(
             "cosid has no machine id in namespace \"{}\"",

@@ -7,9 +7,11 @@
 //! keepalives and a TCP user timeout, a statement and lock timeout in the store's session, and a
 //! client-side timeout around every round trip, so that an unreachable or silent store never
 //! hangs the worker. A failed or timed-out connection is dropped and made again on the next call.
-//! The password (in the connection string, a passfile or `PGPASSWORD`) never appears in a message.
+//! The password (in the connection string, a passfile or `PGPASSWORD`) never appears in a message:
+//! errors about the connection string name keys, never values (see `conninfo`), tokio-postgres's
+//! own parse errors are not passed on, and every store error has the password masked.
 
-use crate::conninfo::{parse_conninfo, split_passfile_line};
+use crate::conninfo::{parse_conninfo, redact, split_passfile_line};
 use crate::lease_store::{LeaseStore, Readiness};
 use crate::protocol::{self, Call, Kind, Param, Value};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
@@ -52,42 +54,84 @@ struct ClientIdentity {
 /// owns it. A key anybody on the machine can read is refused rather than used.
 fn check_key_file_permissions(path: &str) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    let metadata =
-        std::fs::metadata(path).map_err(|e| format!("Cannot read sslkey \"{path}\": {e}"))?;
+    let metadata = std::fs::metadata(path)
+        .map_err(|e| format!("Cannot read the file named by sslkey: {}", io_reason(&e)))?;
     let mode = metadata.mode() & 0o777;
     let allowed = if metadata.uid() == 0 { 0o640 } else { 0o600 };
     if mode & !allowed != 0 {
         return Err(format!(
-            "The private key file \"{path}\" has permissions {mode:o}; it must be u=rw (0600) or \
-             less, or u=rw,g=r (0640) or less if owned by root"
+            "The private key file named by sslkey has permissions {mode:o}; it must be u=rw \
+             (0600) or less, or u=rw,g=r (0640) or less if owned by root"
         ));
     }
     Ok(())
+}
+
+/// An I/O error's reason without the path some errors carry.
+fn io_reason(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    match text.split_once(" (os error") {
+        Some((reason, _)) => reason.to_string(),
+        None => text,
+    }
 }
 
 fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+/// The libpq keywords the store client passes on to tokio-postgres as they are.
+const PASSED_ON: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "options",
+    "application_name",
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "channel_binding",
+    "load_balance_hosts",
+    "sslnegotiation",
+];
+
+/// The error for a string tokio-postgres refused although every key and value passed our checks:
+/// the pair it refuses alone is named by its key. Its own message is never passed on, since it
+/// may quote the text.
+fn refused_by_client(pairs: &[(String, String)]) -> String {
+    for (key, value) in pairs {
+        if format!("{key}={}", quote(value)).parse::<Config>().is_err() {
+            return format!("The lease store client does not accept the value of \"{key}\"");
+        }
+    }
+    "The lease store client does not accept this connection string".to_string()
+}
+
 impl ConnInfo {
+    /// Every message names the key or the part at fault, never a value (see `conninfo`).
     fn parse(text: &str) -> Result<ConnInfo, String> {
         let mut kept = Vec::new();
+        let mut passed = Vec::new();
         let mut tls = TlsCheck::None;
         let mut root_cert = None;
         let mut client_cert = None;
         let mut client_key = None;
         let mut passfile = None;
+        let mut tcp_user_timeout_ms = None;
         for (key, value) in parse_conninfo(text)? {
             match key.as_str() {
                 "sslmode" => {
                     tls = match value.as_str() {
-                        "disable" | "allow" | "prefer" => TlsCheck::None,
                         "require" => TlsCheck::Encrypt,
                         "verify-ca" => TlsCheck::VerifyCa,
                         "verify-full" => TlsCheck::VerifyFull,
-                        other => return Err(format!("The sslmode \"{other}\" is not one of disable, allow, prefer, require, verify-ca, verify-full")),
+                        _ => TlsCheck::None,
                     };
-                    let mode = if matches!(value.as_str(), "disable") {
+                    let mode = if value == "disable" {
                         "disable"
                     } else if tls == TlsCheck::None {
                         "prefer"
@@ -100,13 +144,44 @@ impl ConnInfo {
                 "sslcert" => client_cert = Some(value),
                 "sslkey" => client_key = Some(value),
                 "passfile" => passfile = Some(value),
-                _ => kept.push(format!("{key}={}", quote(&value))),
+                // libpq counts it in milliseconds, tokio-postgres's string in seconds.
+                "tcp_user_timeout" => {
+                    tcp_user_timeout_ms = value.trim().parse::<i64>().ok().filter(|ms| *ms > 0)
+                }
+                // libpq's name for what tokio-postgres calls keepalives_retries.
+                "keepalives_count" => {
+                    kept.push(format!("keepalives_retries={}", quote(&value)));
+                    passed.push(("keepalives_retries".to_string(), value));
+                }
+                "target_session_attrs" => {
+                    if !matches!(value.as_str(), "any" | "read-write" | "read-only") {
+                        return Err(
+                            "The lease store client takes target_session_attrs any, read-write \
+                             or read-only"
+                                .to_string(),
+                        );
+                    }
+                    kept.push(format!("{key}={}", quote(&value)));
+                    passed.push((key, value));
+                }
+                _ if PASSED_ON.contains(&key.as_str()) => {
+                    kept.push(format!("{key}={}", quote(&value)));
+                    passed.push((key, value));
+                }
+                _ => {
+                    return Err(format!(
+                        "The lease store client does not support \"{key}\"; leave it out"
+                    ))
+                }
             }
         }
         let mut config: Config = kept
             .join(" ")
             .parse()
-            .map_err(|e: tokio_postgres::Error| e.to_string())?;
+            .map_err(|_| refused_by_client(&passed))?;
+        if let Some(ms) = tcp_user_timeout_ms {
+            config.tcp_user_timeout(Duration::from_millis(ms as u64));
+        }
         if matches!(tls, TlsCheck::VerifyCa | TlsCheck::VerifyFull) && root_cert.is_none() {
             return Err(
                 "With sslmode verify-ca or verify-full, sslrootcert must name the certificate of \
@@ -282,23 +357,20 @@ impl RemoteStore {
                 let path = self.conninfo.root_cert.as_deref().unwrap_or_default();
                 builder
                     .set_ca_file(path)
-                    .map_err(|e| format!("cannot read sslrootcert \"{path}\": {e}"))?;
+                    .map_err(|e| format!("cannot read the file named by sslrootcert: {e}"))?;
                 builder.set_verify(SslVerifyMode::PEER);
             }
         }
         if let Some(identity) = &self.conninfo.client_identity {
             builder
                 .set_certificate_chain_file(&identity.cert)
-                .map_err(|e| format!("cannot read sslcert \"{}\": {e}", identity.cert))?;
+                .map_err(|e| format!("cannot read the file named by sslcert: {e}"))?;
             builder
                 .set_private_key_file(&identity.key, SslFiletype::PEM)
-                .map_err(|e| format!("cannot read sslkey \"{}\": {e}", identity.key))?;
-            builder.check_private_key().map_err(|e| {
-                format!(
-                    "sslkey \"{}\" is not the key of sslcert \"{}\": {e}",
-                    identity.key, identity.cert
-                )
-            })?;
+                .map_err(|e| format!("cannot read the file named by sslkey: {e}"))?;
+            builder
+                .check_private_key()
+                .map_err(|e| format!("sslkey is not the key of sslcert: {e}"))?;
         }
         let mut connector = MakeTlsConnector::new(builder.build());
         if self.conninfo.tls != TlsCheck::VerifyFull {
@@ -359,7 +431,20 @@ impl RemoteStore {
         Ok(client)
     }
 
+    /// Runs a statement, connecting first if needed. Its error never holds the password, even
+    /// where a server or a library quotes it.
     fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, String> {
+        self.query_unredacted(sql, params).map_err(|why| {
+            let password = self.conninfo.config.get_password().unwrap_or_default();
+            redact(&why, &String::from_utf8_lossy(password))
+        })
+    }
+
+    fn query_unredacted(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, String> {
         if self.client.is_none() {
             self.connect()?;
         }
@@ -475,8 +560,8 @@ impl Cut {
     }
 }
 
-/// An error's message and its causes (a TLS failure says why), without the connection string
-/// and so without any password.
+/// An error's message and its causes (a TLS failure says why), without the connection string.
+/// [`RemoteStore::query`] masks the password in it, should a server or library quote it.
 fn describe(error: tokio_postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
         return format!("{}: {}", db.severity(), db.message());

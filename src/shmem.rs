@@ -26,6 +26,8 @@
 //! - The lease deadline is handled like the bound: the worker stores it (`Release`) after a
 //!   renewal succeeds and before it opens a word; backends load it (`Acquire`) on every attempt.
 //! - Counters are `Relaxed`: they are statistics and order nothing.
+//! - The clock thresholds in force are one packed word (see [`SharedState`]), written by the
+//!   postmaster and then by the slot 0 worker only, after it checked them together.
 //!
 //! *The lease.* Only the background worker writes a slot's [`LeaseStatus`] (one writer, so no
 //! lock); backends read it for errors and the status view. Its text field is a sequence lock over
@@ -41,7 +43,7 @@
 
 use crate::distributor::DistributorKind;
 use crate::error::CosidError;
-use crate::generator::{GeneratorConfig, GeneratorState};
+use crate::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
 use crate::guc::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
 use crate::lease::{self, LeaseState};
 use pgrx::prelude::*;
@@ -281,6 +283,39 @@ impl GeneratorSlot {
 #[repr(C)]
 pub struct SharedState {
     pub slots: [GeneratorSlot; MAX_GENERATORS],
+    /// The clock step back thresholds in force, packed into one word so that a reader never sees
+    /// half of a change: the spin threshold in the high 32 bits, the broken one in the low. The
+    /// postmaster writes the ones the server started with; after that only the slot 0 worker
+    /// (the lease worker or the state writer) writes, a combination it checked (`Release`);
+    /// backends load it (`Acquire`) when the clock has stepped back.
+    backwards: AtomicU64,
+}
+
+fn pack_policy(policy: BackwardsPolicy) -> u64 {
+    (policy.spin_threshold_ms.min(u32::MAX as u64) << 32)
+        | policy.broken_threshold_ms.min(u32::MAX as u64)
+}
+
+/// The clock step back thresholds in force. Not preloaded, nothing generates; the defaults then.
+pub fn backwards_policy() -> BackwardsPolicy {
+    if !is_preloaded() {
+        return BackwardsPolicy::default();
+    }
+    let word = SHARED.get().backwards.load(Ordering::Acquire);
+    BackwardsPolicy {
+        spin_threshold_ms: word >> 32,
+        broken_threshold_ms: word & u32::MAX as u64,
+    }
+}
+
+/// Puts checked thresholds in force for every backend. Only the slot 0 worker calls this.
+pub fn set_backwards_policy(policy: BackwardsPolicy) {
+    if is_preloaded() {
+        SHARED
+            .get()
+            .backwards
+            .store(pack_policy(policy), Ordering::Release);
+    }
 }
 
 // SAFETY: `SharedState` is plain data and atomics, with no pointers, so it means the same in every
@@ -311,6 +346,7 @@ fn fresh_state() -> SharedState {
         .expect("settings are stored before shared memory is requested");
     let mut state = SharedState {
         slots: std::array::from_fn(|_| GeneratorSlot::unused(settings.config)),
+        backwards: AtomicU64::new(pack_policy(settings.backwards)),
     };
     let slot = &mut state.slots[DEFAULT_GENERATOR];
     let namespace = settings.namespace.as_bytes();

@@ -8,7 +8,7 @@
 use crate::guc::MachineSource;
 use crate::local_state;
 use crate::shmem;
-use crate::worker::shutdown_requested;
+use crate::worker::{apply_clock_thresholds, shutdown_requested};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -38,10 +38,25 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     let layout = settings.config.layout;
     let namespace = settings.namespace.as_str();
     let mut failing = false;
+    // The clock thresholds are put in force here, for a fixed machine id, as the lease worker
+    // does for a leased one; a refused combination is logged once, until the settings change.
+    let mut ignored_thresholds = None;
+    let mut reloaded = true;
     loop {
         if BackgroundWorker::sighup_received() {
             // SAFETY: reloading the configuration file is what a process does on SIGHUP.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            reloaded = true;
+        }
+        if std::mem::take(&mut reloaded) {
+            let outcome = apply_clock_thresholds().err();
+            if let Some(line) = outcome
+                .as_ref()
+                .filter(|line| ignored_thresholds.as_ref() != Some(*line))
+            {
+                warning!("{line}");
+            }
+            ignored_thresholds = outcome;
         }
         let interval_ms = crate::guc::local_state_interval_ms();
         let shutting_down = shutdown_requested();

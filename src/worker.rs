@@ -128,6 +128,26 @@ struct Worker {
     last_logged: String,
 }
 
+/// Puts the clock thresholds of this process's settings in force for every backend: at the
+/// worker's start and after each reload. A combination the server would refuse at start is
+/// ignored, and the thresholds in force stay; the error is the line to log.
+pub fn apply_clock_thresholds() -> Result<(), String> {
+    match guc::clock_thresholds() {
+        Ok(policy) => {
+            shmem::set_backwards_policy(policy);
+            Ok(())
+        }
+        Err(why) => {
+            let kept = shmem::backwards_policy();
+            Err(format!(
+                "cosid: ignoring the reloaded clock thresholds: {why}; keeping spin {} ms and \
+                 broken {} ms",
+                kept.spin_threshold_ms, kept.broken_threshold_ms
+            ))
+        }
+    }
+}
+
 pub fn shutdown_requested() -> bool {
     // SAFETY: a plain read of a flag set by the SIGTERM handler.
     unsafe { pg_sys::ShutdownRequestPending != 0 }
@@ -169,6 +189,9 @@ impl Worker {
     /// The timings this process starts with: the server checked them at start, but a reload
     /// since may have changed them; delays that could let the lease lapse are shortened.
     fn start_timing(&mut self) {
+        if let Err(line) = apply_clock_thresholds() {
+            self.log_change(PgLogLevel::WARNING, line);
+        }
         let timing = guc::lease_timing();
         if let Err(why) = timing.validate() {
             self.log_change(
@@ -179,9 +202,12 @@ impl Worker {
         self.timing = timing.clamped();
     }
 
-    /// After a reload: new timings that could let the lease lapse between renewals are refused,
-    /// and the ones in force are kept.
+    /// After a reload: new timings that could let the lease lapse between renewals, or clock
+    /// thresholds that do not fit together, are refused, and the ones in force are kept.
     fn reload_timing(&mut self) {
+        if let Err(line) = apply_clock_thresholds() {
+            self.log_change(PgLogLevel::WARNING, line);
+        }
         let timing = guc::lease_timing();
         match timing.validate() {
             Ok(()) => self.timing = timing,
@@ -395,7 +421,7 @@ impl Worker {
         };
 
         let previous = self.honoured_watermark(machine_id, previous_watermark_ms);
-        let broken = guc::backwards_policy().broken_threshold_ms;
+        let broken = shmem::backwards_policy().broken_threshold_ms;
         match watermark_wait(previous, unix_ms_now(), broken) {
             WatermarkWait::Ready => {}
             WatermarkWait::Wait { ms } => sleep_unless_shutdown(ms),

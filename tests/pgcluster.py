@@ -118,6 +118,8 @@ class Cluster:
             as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-l", self.logfile, "-w",
                          "-t", "60", "start"], env=self.server_env()),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # What pg_ctl printed, for tests of what a failed start shows.
+        self.start_output = result.stdout
         if result.returncode != 0:
             if check:
                 raise RuntimeError(f"{self.name} did not start:\n{result.stdout}\n{self.log()}")
