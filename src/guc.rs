@@ -422,6 +422,24 @@ fn refused(name: &str, value: impl std::fmt::Display) -> CosidError {
     CosidError::invalid_argument(format!("invalid value for parameter \"{name}\": {value}"))
 }
 
+/// The refusal of a name holding a control character (a tab, a newline, ...): names are
+/// written into logs, the lease table and the local state file, and one that does not print as
+/// itself is a mistake, such as `'a\tb'` in postgresql.conf, where `\t` is a tab.
+fn control_character(name: &str, what: &str, value: &str) -> Option<CosidError> {
+    let (at, character) = value.char_indices().find(|(_, c)| c.is_control())?;
+    Some(
+        refused(name, format!("{:?}", value))
+            .detail(format!(
+                "{what} may not contain control characters; this one has {} at byte {at}.",
+                character.escape_unicode()
+            ))
+            .hint(format!(
+                "Set {name} to printable text (a backslash in a quoted value of postgresql.conf \
+                 starts an escape: write \\\\ for one), and restart the server."
+            )),
+    )
+}
+
 /// Reads and checks the server-start settings together.
 pub fn server_settings() -> Result<ServerSettings, CosidError> {
     let layout = layout_setting()?;
@@ -432,6 +450,9 @@ pub fn server_settings() -> Result<ServerSettings, CosidError> {
                 "A namespace is 1 to {MAX_NAMESPACE_LEN} bytes long."
             )),
         );
+    }
+    if let Some(refusal) = control_character("cosid.namespace", "A namespace", &namespace) {
+        return Err(refusal);
     }
     let distributor = match DISTRIBUTOR.get() {
         DistributorSetting::Lease => DistributorKind::Lease,
@@ -487,6 +508,12 @@ fn lease_settings() -> Result<LeaseSettings, CosidError> {
                 )),
             );
         }
+    }
+    if let Some(refusal) = instance_id
+        .as_deref()
+        .and_then(|id| control_character("cosid.instance_id", "An instance id", id))
+    {
+        return Err(refusal);
     }
     let stable = STABLE.get();
     if stable && instance_id.is_none() {

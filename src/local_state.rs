@@ -3,6 +3,10 @@
 //! every `cosid.local_state_interval` by a background worker, for a stable leased instance and for
 //! a fixed machine id (`manual`, `stateful_set`), which have no lease watermark of their own. The
 //! record's format and the floor's rule are in `cosid_core::state_file`.
+//!
+//! No file means no floor (the first start). A file that cannot be read exactly means an unknown
+//! floor: the callers refuse to generate (fixed machine id) or to claim (stable instance), and
+//! nothing writes over it.
 
 use crate::clock::{boottime_ms, unix_ms_now};
 use crate::state_file::{StateRecord, Written};
@@ -60,9 +64,50 @@ fn write_durably(record: &StateRecord) -> std::io::Result<()> {
     std::fs::File::open(".")?.sync_all()
 }
 
-/// The floor to honour now for `machine_id` of `namespace`, if the file holds one for it.
-pub fn floor_ms(namespace: &str, machine_id: u32) -> Option<i64> {
-    let record = StateRecord::parse(&std::fs::read_to_string(STATE_FILE).ok()?)?;
+/// Why the state file cannot be used: the floor it holds is unknown, so nothing may be issued
+/// under the machine id it protects until the file is restored or deliberately removed.
+#[derive(Clone, Debug)]
+pub struct Unusable {
+    /// Completes "the state file …", e.g. "is truncated: it does not end with a newline".
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the state file \"{}\" {}", path(), self.reason)
+    }
+}
+
+/// The state file's path: absolute, since every server process runs in the data directory.
+pub fn path() -> String {
+    std::env::current_dir()
+        .map(|directory| directory.join(STATE_FILE).display().to_string())
+        .unwrap_or_else(|_| STATE_FILE.to_string())
+}
+
+/// The record in the state file: `None` when there is no file (the first start). A file that
+/// cannot be read, or is not exactly one record, is an error.
+pub fn read() -> Result<Option<StateRecord>, Unusable> {
+    let content = match std::fs::read(STATE_FILE) {
+        Ok(content) => content,
+        Err(why) if why.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(why) => {
+            return Err(Unusable {
+                reason: format!("could not be read: {why}"),
+            })
+        }
+    };
+    StateRecord::parse(&content)
+        .map(Some)
+        .map_err(|why| Unusable {
+            reason: why.to_string(),
+        })
+}
+
+/// The floor to honour now for `machine_id` of `namespace`, if `record` is for them: a record
+/// of another namespace or machine id says nothing about this one (the configuration changed).
+pub fn floor_ms(record: Option<&StateRecord>, namespace: &str, machine_id: u32) -> Option<i64> {
+    let record = record?;
     (record.namespace == namespace && record.machine_id == machine_id)
         .then(|| record.floor_now_ms(boottime_ms(), &boot_id()))
 }

@@ -132,6 +132,8 @@ pub enum LeaseProblem {
     Lost = 7,
     ShuttingDown = 8,
     OwnLeaseLive = 9,
+    /// The local state file cannot be read exactly: its floor is unknown.
+    StateFile = 10,
 }
 
 impl LeaseProblem {
@@ -146,6 +148,7 @@ impl LeaseProblem {
             7 => LeaseProblem::Lost,
             8 => LeaseProblem::ShuttingDown,
             9 => LeaseProblem::OwnLeaseLive,
+            10 => LeaseProblem::StateFile,
             _ => LeaseProblem::None,
         }
     }
@@ -168,7 +171,7 @@ pub struct LeaseStatus {
     /// Lease workers started since the worker last connected to `cosid.database`: a worker that
     /// cannot connect ends with a FATAL error, and the next one waits longer before trying.
     pub connect_attempts: AtomicU32,
-    pub last_error: AtomicText<32>,
+    pub last_error: AtomicText<64>,
 }
 
 pub const UNKNOWN_TIME: i64 = i64::MIN;
@@ -361,12 +364,28 @@ fn fresh_state() -> SharedState {
                 .unix_ms_to_ticks(crate::clock::unix_ms_now())
                 .unwrap_or(0);
             // The durable floor the state writer left: ids issued before a crash stay below
-            // everything issued after it, even if the clock was stepped back meanwhile.
-            let floor_ticks = crate::local_state::floor_ms(&settings.namespace, *machine_id)
-                .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())
-                .map_or(now_ticks, |floor| floor.max(now_ticks));
-            slot.state.open(layout, *machine_id, floor_ticks);
-            slot.lease.set_state(LeaseState::Up);
+            // everything issued after it, even if the clock was stepped back meanwhile. A file
+            // that cannot be read exactly leaves the generator closed: `cosid_next()` refuses
+            // and reports why (this hook may not raise), and the state writer leaves the file
+            // as it is.
+            match crate::local_state::read() {
+                Ok(record) => {
+                    let floor_ticks = crate::local_state::floor_ms(
+                        record.as_ref(),
+                        &settings.namespace,
+                        *machine_id,
+                    )
+                    .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())
+                    .map_or(now_ticks, |floor| floor.max(now_ticks));
+                    slot.state.open(layout, *machine_id, floor_ticks);
+                    slot.lease.set_state(LeaseState::Up);
+                }
+                Err(unusable) => {
+                    slot.lease.set_problem(LeaseProblem::StateFile);
+                    slot.lease.last_error.store(&unusable.to_string());
+                    slot.lease.set_state(LeaseState::Stopped);
+                }
+            }
         }
         MachineSource::Missing(_) => slot.lease.set_state(LeaseState::Stopped),
         MachineSource::Leased(lease_settings) => {

@@ -365,6 +365,9 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
             .detail(why.detail())
             .hint(why.hint());
     }
+    if slot.lease.problem() == LeaseProblem::StateFile {
+        return state_file_error(slot);
+    }
     if slot.distributor() != crate::distributor::DistributorKind::Lease {
         return CosidError::prerequisite(message).detail("The generator is stopped.");
     }
@@ -402,6 +405,35 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     .hint(
         "See cosid.status. Ids are generated again as soon as the background worker holds a lease.",
     )
+}
+
+/// The local state file could not be read exactly when the generator was to be opened (fixed
+/// machine id) or a machine id claimed (stable instance): the floor it holds is unknown.
+fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
+    let leased = slot.distributor() == crate::distributor::DistributorKind::Lease;
+    let then = if leased {
+        "delete the file: the background worker then claims a machine id within a second"
+    } else {
+        "delete the file and restart the server"
+    };
+    let why = slot.lease.last_error.load();
+    let mut why_sentence = why.clone();
+    if let Some(first) = why.chars().next() {
+        why_sentence.replace_range(..first.len_utf8(), &first.to_uppercase().to_string());
+    }
+    CosidError::prerequisite(format!(
+        "cosid cannot use its state file \"{}\"",
+        crate::local_state::path()
+    ))
+    .detail(format!(
+        "{why_sentence}. The file holds the floor that keeps ids issued before a restart or a \
+         crash from being issued again, so namespace \"{}\" generates no id without it.",
+        slot.namespace()
+    ))
+    .hint(format!(
+        "Restore the file from a backup of the data directory. Or, once you are sure this \
+         server's clock is past the timestamp of every id it issued, {then}."
+    ))
 }
 
 fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError {

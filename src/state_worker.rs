@@ -3,11 +3,13 @@
 //! local state file, and once more at shutdown. After a crash and a restart, the shared-memory
 //! startup hook opens the generator above that floor, so that a clock stepped back across the
 //! crash is refused (or waited out) instead of repeating ids. A leased machine id has the lease
-//! watermark for that, and the lease worker instead.
+//! watermark for that, and the lease worker instead. When the hook found the file unusable, the
+//! generator stays closed and this worker writes nothing: the file is the only record of the
+//! floor.
 
 use crate::guc::MachineSource;
 use crate::local_state;
-use crate::shmem;
+use crate::shmem::{self, LeaseProblem};
 use crate::worker::{apply_clock_thresholds, shutdown_requested};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
@@ -35,6 +37,21 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     let MachineSource::Fixed(machine_id) = settings.machine else {
         return;
     };
+    if slot.lease.problem() == LeaseProblem::StateFile {
+        // The floor in the file is unknown, and the generator was left closed: overwriting the
+        // file would lose the floor for good. Nothing to do until the server is restarted.
+        warning!(
+            "cosid: {}; no id is generated and the file is left as it is",
+            slot.lease.last_error.load()
+        );
+        while !shutdown_requested() {
+            if !BackgroundWorker::wait_latch(Some(Duration::from_secs(1))) {
+                break;
+            }
+        }
+        // SAFETY: as at the end of the loop below.
+        unsafe { pg_sys::proc_exit(1) };
+    }
     let layout = settings.config.layout;
     let namespace = settings.namespace.as_str();
     let mut failing = false;

@@ -17,6 +17,7 @@ use crate::local_state;
 use crate::protocol::{ClaimOutcome, Holder};
 use crate::remote_store::RemoteStore;
 use crate::shmem::{self, GeneratorSlot, LeaseProblem};
+use crate::state_file::StateRecord;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -313,6 +314,25 @@ impl Worker {
             }
             self.pending_release = None;
         }
+        // A stable instance reads its state file before each claim: a file that cannot be read
+        // exactly holds a floor nobody knows, so nothing is claimed until it is restored or
+        // removed (retried every second).
+        let state_record = if self.holder.stable {
+            match local_state::read() {
+                Ok(record) => record,
+                Err(unusable) => {
+                    return self.set_problem(
+                        LeaseState::Stopped,
+                        LeaseProblem::StateFile,
+                        format!(
+                            "{unusable}; not claiming a machine id until it is restored or removed"
+                        ),
+                    );
+                }
+            }
+        } else {
+            None
+        };
         let readiness = self.store().readiness();
         match readiness {
             Ok(Readiness::Ready) => {}
@@ -420,7 +440,8 @@ impl Worker {
             }
         };
 
-        let previous = self.honoured_watermark(machine_id, previous_watermark_ms);
+        let previous =
+            self.honoured_watermark(state_record.as_ref(), machine_id, previous_watermark_ms);
         let broken = shmem::backwards_policy().broken_threshold_ms;
         match watermark_wait(previous, unix_ms_now(), broken) {
             WatermarkWait::Ready => {}
@@ -481,14 +502,17 @@ impl Worker {
         );
     }
 
-    /// A stable instance also honours the floor in its local state file: its last timestamp,
-    /// plus `cosid.local_state_interval` unless it was written at a clean shutdown. It covers a
-    /// lease table that forgot its watermark (restored, recreated, rows deleted).
-    fn honoured_watermark(&mut self, machine_id: u32, store_watermark_ms: i64) -> i64 {
-        if !self.holder.stable {
-            return store_watermark_ms;
-        }
-        match local_state::floor_ms(&self.holder.namespace, machine_id) {
+    /// A stable instance also honours the floor in its local state file (`record`, read before
+    /// the claim): its last timestamp, plus `cosid.local_state_interval` unless it was written at
+    /// a clean shutdown. It covers a lease table that forgot its watermark (restored, recreated,
+    /// rows deleted).
+    fn honoured_watermark(
+        &self,
+        record: Option<&StateRecord>,
+        machine_id: u32,
+        store_watermark_ms: i64,
+    ) -> i64 {
+        match local_state::floor_ms(record, &self.holder.namespace, machine_id) {
             Some(floor_ms) => store_watermark_ms.max(floor_ms),
             None => store_watermark_ms,
         }

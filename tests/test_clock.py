@@ -3,7 +3,9 @@ own (the monotonic clocks stay real), while clients record every id. A small ste
 out, a large one is refused, and a step back across a restart waits for the lease's watermark or
 gives the machine id back. Zero duplicates in every case."""
 
+import json
 import os
+import shutil
 import signal
 import time
 import unittest
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from clients import duplicates, run_session, copy_ids
 from pgcluster import Cluster, SqlError, chown_to_postgres, free_port
-from test_lease import FAST_LEASES, machine_of, status, try_next, wait_for, wait_up
+from test_lease import FAST_LEASES, machine_of, status, try_next, ts_ms_of, wait_for, wait_up
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
@@ -183,6 +185,181 @@ class FixedMachineIdAcrossACrash(unittest.TestCase):
         before = run_session(self.cluster, 0, [copy_ids(2_000)])
         self.assertEqual(before.error, "")
         self.crash_and_restart_behind(before, 5)
+
+    def test_a_torn_state_file_after_a_crash_refuses_ids_until_it_is_restored(self):
+        # The hostile case: ids up to the crash, the state file torn by it, the clock 5 s behind
+        # at the restart. Without its floor the server would repeat ids; it must refuse instead,
+        # and generate above every earlier id once the file is restored.
+        before = run_session(self.cluster, 0, [copy_ids(2_000)])
+        self.assertEqual(before.error, "")
+        cluster = self.cluster
+        cluster.crash()
+        state = cluster.data / "cosid.state"
+        record = state.read_bytes()
+        plant_state_file(cluster, record[:len(record) // 2])
+        self.offset_file.write_text("-5.000\n")
+        cluster.start()
+        refusal = assert_refused_for_the_state_file(self, cluster, "restart the server")
+        self.assertIn("is truncated: it does not end with a newline", refusal.stderr)
+        self.assertEqual(state.read_bytes(), record[:len(record) // 2], "the file was overwritten")
+        cluster.stop()
+        plant_state_file(cluster, record)
+        cluster.start()
+        value = first_id_after_refusals(self, cluster, 20, "the restored floor")
+        self.assertGreater(value, max(before.ids))
+
+
+STATE_FILE_PORT = 25185
+
+
+def plant_state_file(cluster, content):
+    """Writes `content` (bytes) as the data directory's cosid.state, owned by the server."""
+    path = cluster.data / "cosid.state"
+    path.write_bytes(content)
+    if os.geteuid() == 0:
+        shutil.chown(path, "postgres", "postgres")
+
+
+def assert_refused_for_the_state_file(test, cluster, what_to_do):
+    """cosid_next() must refuse with 55000, naming the state file, with a DETAIL and a HINT that
+    says what to do. Returns the error."""
+    with test.assertRaises(SqlError) as refused:
+        cluster.query("SELECT cosid_next()")
+    error = refused.exception
+    test.assertEqual(error.sqlstate, "55000", error.stderr)
+    test.assertIn(str(cluster.data / "cosid.state"), error.message)
+    test.assertIn("DETAIL:", error.stderr)
+    test.assertIn("HINT:  Restore the file", error.stderr)
+    test.assertIn(what_to_do, error.stderr)
+    return error
+
+
+class StateFileFailsClosed(unittest.TestCase):
+    """The state file holds the only floor of a fixed machine id (and a stable instance's floor
+    for a lease table that forgot its watermark): a file that cannot be read exactly must stop
+    generation, with a message naming it, never be taken for "no floor". Names that could break
+    the file are refused at start; those accepted survive it."""
+
+    def cluster(self, settings):
+        cluster = Cluster(self.id().rsplit(".", 1)[-1][:40], free_port(STATE_FILE_PORT),
+                          settings).init()
+        self.addCleanup(cluster.stop, mode="immediate", check=False)
+        return cluster
+
+    def test_names_with_control_characters_are_refused_at_start(self):
+        # In postgresql.conf, \t inside a quoted value is a tab and \n a newline.
+        cases = [
+            ({"cosid.distributor": "manual", "cosid.machine_id": 5,
+              "cosid.namespace": "'tab\\there'"}, "cosid.namespace"),
+            ({"cosid.stable": "on", "cosid.instance_id": "'db\\n1'"}, "cosid.instance_id"),
+        ]
+        for settings, name in cases:
+            with self.subTest(name):
+                cluster = self.cluster(settings)
+                self.assertFalse(cluster.start(check=False),
+                                 f"started with a control character in {name}")
+                self.assertIn(f'invalid value for parameter "{name}"', cluster.log())
+                self.assertIn("may not contain control characters", cluster.log())
+
+    def test_an_unusable_state_file_stops_a_fixed_machine_id(self):
+        cluster = self.cluster({"cosid.distributor": "manual", "cosid.machine_id": 5,
+                                "cosid.local_state_interval": "'100ms'"})
+        ahead_ms = int(time.time() * 1000) + 60_000
+        record = (f'{{"cosid_state":1,"namespace":"cosid","machine_id":5,"floor_ms":{ahead_ms},'
+                  '"written":null}\n').encode()
+        contents = {
+            "empty": b"",
+            "garbage": b"\x00\x01garbage\xff",
+            "truncated": record[:-12],
+            "without its newline": record[:-1],
+            "foreign JSON": b'{"hello": "world"}\n',
+            "a newer format": record.replace(b'"cosid_state":1', b'"cosid_state":2'),
+            "a torn line of the older format": b"cosid\t5\t16",
+            "an inexact line of the older format": b"cosid\t5\t+16\n",
+        }
+        created = False
+        for count, (name, content) in enumerate(contents.items(), 1):
+            with self.subTest(name):
+                plant_state_file(cluster, content)
+                cluster.start()
+                if not created:
+                    cluster.query("CREATE EXTENSION cosid")
+                    created = True
+                assert_refused_for_the_state_file(self, cluster, "delete the file and restart")
+                row = status(cluster)
+                self.assertEqual(row["state"], "STOPPED")
+                self.assertIn("cosid.state", row["last_error"])
+                # The state writer is up, and leaves the file alone: it is the only record of
+                # the floor.
+                wait_for(lambda: cluster.log().count("the file is left as it is") == count, 10,
+                         "the state writer's warning")
+                self.assertEqual((cluster.data / "cosid.state").read_bytes(), content)
+                cluster.stop()
+                self.assertEqual((cluster.data / "cosid.state").read_bytes(), content)
+        # Deleted, as the hint says: no floor, ids again, and a new record.
+        (cluster.data / "cosid.state").unlink()
+        cluster.start()
+        self.assertIsNotNone(try_next(cluster)[0])
+
+    def test_an_unusable_state_file_stops_a_stable_instance_until_it_is_removed(self):
+        cluster = self.cluster({**FAST_LEASES, "cosid.stable": "on",
+                                "cosid.instance_id": "'orders-db-f'",
+                                "cosid.local_state_interval": "'100ms'"})
+        garbage = b'{"cosid_state":1,"namespace":"cosid","machine_id":0,"floor\n'
+        plant_state_file(cluster, garbage)
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        row = wait_for(lambda: (lambda r: "cosid.state" in r["last_error"] and r)(status(cluster)),
+                       10, "the worker to report the state file")
+        self.assertEqual(row["state"], "STOPPED")
+        self.assertIn("is not a valid cosid state record", row["last_error"])
+        self.assertEqual(row["machine_id"], "", "a machine id was claimed")
+        assert_refused_for_the_state_file(self, cluster, "the background worker then claims")
+        self.assertEqual((cluster.data / "cosid.state").read_bytes(), garbage)
+        # Removed: the worker claims again without a restart, and writes a new record.
+        (cluster.data / "cosid.state").unlink()
+        wait_up(cluster)
+        self.assertIsNotNone(try_next(cluster)[0])
+        wait_for(lambda: (cluster.data / "cosid.state").exists(), 10, "a new state file")
+        self.assertEqual(json.loads((cluster.data / "cosid.state").read_text())["namespace"],
+                         "cosid")
+
+    def test_any_accepted_namespace_survives_the_state_file(self):
+        # Quotes, a backslash and non-ASCII text, in postgresql.conf's quoting.
+        namespace = 'it\'s "q" \\ ünï 日本'
+        cluster = self.cluster({"cosid.distributor": "manual", "cosid.machine_id": 5,
+                                "cosid.namespace": "'it''s \"q\" \\\\ ünï 日本'"})
+        floor_ms = int(time.time() * 1000) + 3_000
+        plant_state_file(cluster, json.dumps({
+            "cosid_state": 1, "namespace": namespace, "machine_id": 5, "floor_ms": floor_ms,
+            "written": None}).encode() + b"\n")
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        self.assertEqual(status(cluster)["state"], "UP")
+        self.assertEqual(cluster.query("SELECT namespace FROM cosid.status"), namespace)
+        # The floor of its own namespace is honoured: refused until the clock passes it.
+        value = first_id_after_refusals(self, cluster, 15, "the planted floor")
+        self.assertGreater(ts_ms_of(value), floor_ms)
+        # And written back as JSON, which reads back to the same namespace.
+        cluster.stop()
+        written = json.loads((cluster.data / "cosid.state").read_text())
+        self.assertEqual((written["namespace"], written["machine_id"]), (namespace, 5))
+        self.assertGreaterEqual(written["floor_ms"], ts_ms_of(value))
+
+    def test_an_exact_line_of_the_older_format_still_gives_its_floor(self):
+        cluster = self.cluster({"cosid.distributor": "manual", "cosid.machine_id": 5})
+        floor_ms = int(time.time() * 1000) + 3_000
+        plant_state_file(cluster, f"cosid\t5\t{floor_ms}\n".encode())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        value = first_id_after_refusals(self, cluster, 15, "the older format's floor")
+        self.assertGreater(ts_ms_of(value), floor_ms)
+        # A record of another namespace or machine id is no floor: the configuration changed.
+        cluster.stop()
+        plant_state_file(cluster, f"other\t5\t{floor_ms + 600_000}\n".encode())
+        cluster.start()
+        self.assertIsNotNone(try_next(cluster)[0])
+
 
 if __name__ == "__main__":
     unittest.main()

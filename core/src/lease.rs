@@ -31,7 +31,8 @@ pub enum LeaseState {
     /// A machine id was found, but its watermark is further ahead of this server's clock than the
     /// broken threshold; it was given back.
     ClockBehind = 4,
-    /// Not generating: shutting down, a standby, or the extension not created yet.
+    /// Not generating: shutting down, a standby, the extension not created yet, or an unusable
+    /// local state file.
     Stopped = 5,
 }
 
