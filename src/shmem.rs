@@ -323,8 +323,15 @@ fn fresh_state() -> SharedState {
             let floor_ticks = crate::local_state::floor_ms(&settings.namespace, *machine_id)
                 .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())
                 .map_or(now_ticks, |floor| floor.max(now_ticks));
-            slot.state.open(layout, *machine_id, floor_ticks);
-            slot.lease.set_state(LeaseState::Up);
+            // The machine id was checked against the layout with the settings; a refusal here
+            // would leave the generator stopped rather than issue a wrong id.
+            match slot.state.open(layout, *machine_id, floor_ticks) {
+                Ok(()) => slot.lease.set_state(LeaseState::Up),
+                Err(why) => {
+                    slot.lease.set_state(LeaseState::Stopped);
+                    slot.lease.last_error.store(&why.to_string());
+                }
+            }
         }
         MachineSource::Missing(_) => slot.lease.set_state(LeaseState::Stopped),
         MachineSource::Leased(lease_settings) => {

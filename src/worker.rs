@@ -360,6 +360,25 @@ impl Worker {
             }
         };
 
+        if let Err(why) = self.layout.check_machine_id(machine_id) {
+            // A store that hands out a machine id beyond this server's machine bits (another
+            // layout, rows written by hand) gets it back as it was: nothing was issued under it.
+            if self
+                .store()
+                .release(&holder, machine_id, token, previous_watermark_ms)
+                .is_err()
+            {
+                self.pending_release = Some((machine_id, token, previous_watermark_ms));
+            }
+            return self.set_problem(
+                LeaseState::Claiming,
+                LeaseProblem::MachineBitsMismatch,
+                format!(
+                    "the lease store gave this server a machine id it cannot use in namespace \"{}\": {why}; gave it back",
+                    self.holder.namespace
+                ),
+            );
+        }
         let previous = self.honoured_watermark(machine_id, previous_watermark_ms);
         let broken = guc::backwards_policy().broken_threshold_ms;
         match watermark_wait(previous, unix_ms_now(), broken) {
@@ -406,7 +425,9 @@ impl Worker {
         self.publish_limits(sent_ms, watermark_ms);
         // Backends enforce the watermark too, on their own clock reads: nothing is issued at or
         // before it, and a clock still behind it counts as a step back.
-        self.generator().open(&self.layout, machine_id, floor_ticks);
+        // Cannot be refused: the machine id was checked against the layout after the claim.
+        let opened = self.generator().open(&self.layout, machine_id, floor_ticks);
+        debug_assert!(opened.is_ok());
         lease.set_problem(LeaseProblem::None);
         lease.last_error.store("");
         lease.set_state(LeaseState::Up);
