@@ -13,9 +13,6 @@ pub fn unix_ms_now() -> i64 {
     }
 }
 
-/// Longest single sleep: waits are cut into slices so that interrupts are seen promptly.
-const SLEEP_SLICE_MS: u64 = 10;
-
 /// Milliseconds since boot on CLOCK_BOOTTIME: the same in every process, never stepped, and,
 /// unlike `Instant`, still running while the machine is suspended, so that a lease deadline
 /// counted on it passes during a suspend too.
@@ -47,14 +44,30 @@ impl Clock for ServerClock {
         pg_sys::check_for_interrupts!();
     }
 
+    /// Sleeps on the process latch, as `pg_sleep()` does: a cancel or terminate request sets the
+    /// latch, so it ends the sleep at once and is acted on here; the postmaster's death ends the
+    /// process. No CPU is used meanwhile.
     fn sleep_ms(&mut self, ms: u64) {
-        let mut left = ms;
-        while left > 0 {
-            let slice = left.min(SLEEP_SLICE_MS);
-            // SAFETY: pg_usleep only sleeps; it is safe to call from a backend at any time.
-            unsafe { pg_sys::pg_usleep((slice * 1000) as std::ffi::c_long) };
+        let until = boottime_ms() + ms;
+        loop {
             pg_sys::check_for_interrupts!();
-            left -= slice;
+            let left = until.saturating_sub(boottime_ms());
+            if left == 0 {
+                return;
+            }
+            // SAFETY: every process that can call cosid_next() (a backend, a parallel or
+            // background worker) has initialised MyLatch, its own latch, and waiting on it and
+            // resetting it are what PostgreSQL's own sleeps do.
+            unsafe {
+                pg_sys::WaitLatch(
+                    pg_sys::MyLatch,
+                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH)
+                        as std::ffi::c_int,
+                    left as std::ffi::c_long,
+                    pg_sys::PG_WAIT_EXTENSION,
+                );
+                pg_sys::ResetLatch(pg_sys::MyLatch);
+            }
         }
     }
 

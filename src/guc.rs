@@ -443,6 +443,7 @@ fn control_character(name: &str, what: &str, value: &str) -> Option<CosidError> 
 /// Reads and checks the server-start settings together.
 pub fn server_settings() -> Result<ServerSettings, CosidError> {
     let layout = layout_setting()?;
+    clock_within_layout(&layout, crate::clock::unix_ms_now())?;
     let namespace = string_setting(&NAMESPACE);
     if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
         return Err(
@@ -489,6 +490,42 @@ pub fn server_settings() -> Result<ServerSettings, CosidError> {
         distributor,
         machine,
         backwards,
+    })
+}
+
+/// Refuses a layout that does not cover the current time: such a server could issue no id, and
+/// a lease it claimed would carry a watermark outside its layout.
+fn clock_within_layout(layout: &Layout, now_unix_ms: i64) -> Result<(), CosidError> {
+    let Err(why) = layout.unix_ms_to_ticks(now_unix_ms) else {
+        return Ok(());
+    };
+    let range = format!(
+        "Ids of this layout cover {} to {}: cosid.epoch plus 2^{} {}s (cosid.timestamp_bits). \
+         The clock reads {}.",
+        layout::format_unix_ms(layout.epoch_ms()),
+        layout::format_unix_ms(layout.max_unix_ms()),
+        layout.timestamp_bits(),
+        layout.time_unit().name(),
+        layout::format_unix_ms(now_unix_ms)
+    );
+    Err(match why {
+        layout::TimeRangeError::BeforeEpoch => {
+            CosidError::invalid_argument("cosid.epoch is in the future")
+                .detail(range)
+                .hint(
+                    "Set cosid.epoch to an instant in the past, such as CosId's \
+                     2019-12-24T16:00:00Z, and restart the server.",
+                )
+        }
+        layout::TimeRangeError::AfterMaximum => CosidError::invalid_argument(
+            "the current time is after the last instant of the cosid layout",
+        )
+        .detail(range)
+        .hint(
+            "Raise cosid.timestamp_bits, or set cosid.epoch to a later instant, so that the \
+             layout covers the years ahead, and restart the server. Ids of the old layout decode \
+             differently under the new one.",
+        ),
     })
 }
 

@@ -16,6 +16,7 @@ mod remote_store;
 mod shmem;
 mod sql;
 mod state_worker;
+mod text_arg;
 mod worker;
 
 use error::CosidError;

@@ -377,8 +377,15 @@ fn fresh_state() -> SharedState {
                     )
                     .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())
                     .map_or(now_ticks, |floor| floor.max(now_ticks));
-                    slot.state.open(layout, *machine_id, floor_ticks);
-                    slot.lease.set_state(LeaseState::Up);
+                    // The machine id was checked against the layout with the settings; a
+                    // refusal here leaves the generator stopped rather than issue a wrong id.
+                    match slot.state.open(layout, *machine_id, floor_ticks) {
+                        Ok(()) => slot.lease.set_state(LeaseState::Up),
+                        Err(why) => {
+                            slot.lease.set_state(LeaseState::Stopped);
+                            slot.lease.last_error.store(&why.to_string());
+                        }
+                    }
                 }
                 Err(unusable) => {
                     slot.lease.set_problem(LeaseProblem::StateFile);

@@ -15,6 +15,7 @@ use crate::generator::GenerateError;
 use crate::guc::MachineSource;
 use crate::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
 use crate::shmem::{self, LeaseProblem};
+use crate::text_arg::TextArg;
 use pgrx::prelude::*;
 use std::sync::OnceLock;
 
@@ -80,11 +81,11 @@ fn cosid_friendly(id: i64) -> String {
 }
 
 #[pg_extern(stable, strict, parallel_safe)]
-fn cosid_from_friendly(friendly: &str) -> i64 {
+fn cosid_from_friendly(friendly: TextArg) -> i64 {
     let layout = layout_or_raise();
     layout
-        .from_friendly(friendly)
-        .map_err(|why| parse_error(&layout, friendly, why))
+        .from_friendly(friendly.as_str())
+        .map_err(|why| parse_error(&layout, &friendly, why))
         .or_raise()
 }
 
@@ -96,9 +97,9 @@ fn cosid_to_radix62(id: i64) -> String {
 }
 
 #[pg_extern(immutable, strict, parallel_safe)]
-fn cosid_from_radix62(radix62: &str) -> i64 {
-    layout::from_radix62(radix62)
-        .map_err(|why| radix62_error(radix62, why))
+fn cosid_from_radix62(radix62: TextArg) -> i64 {
+    layout::from_radix62(radix62.as_str())
+        .map_err(|why| radix62_error(&radix62, why))
         .or_raise()
 }
 
@@ -272,7 +273,8 @@ fn time_range_error(layout: &Layout, why: TimeRangeError, what: &str) -> CosidEr
     )
 }
 
-fn parse_error(layout: &Layout, text: &str, why: ParseError) -> CosidError {
+fn parse_error(layout: &Layout, text: &TextArg, why: ParseError) -> CosidError {
+    let quoted = text.quoted();
     let friendly_form = match layout.time_unit() {
         layout::TimeUnit::Millisecond => {
             "A friendly id has the form yyyyMMddHHmmssSSS-machine-sequence in UTC, such as \
@@ -285,16 +287,16 @@ fn parse_error(layout: &Layout, text: &str, why: ParseError) -> CosidError {
     };
     match why {
         ParseError::Shape | ParseError::Timestamp => {
-            CosidError::invalid_argument(format!("invalid cosid friendly id: \"{text}\""))
+            CosidError::invalid_argument(format!("invalid cosid friendly id: {quoted}"))
                 .detail(friendly_form)
         }
         ParseError::Number(part) => {
-            CosidError::invalid_argument(format!("invalid cosid friendly id: \"{text}\"")).detail(
+            CosidError::invalid_argument(format!("invalid cosid friendly id: {quoted}")).detail(
                 format!("Its {part} is not a decimal number. {friendly_form}"),
             )
         }
         ParseError::OutOfRange(part, max) => {
-            CosidError::out_of_range(format!("cosid friendly id \"{text}\" is out of range"))
+            CosidError::out_of_range(format!("cosid friendly id {quoted} is out of range"))
                 .detail(format!("Its {part} must be from 0 to {max}."))
         }
         ParseError::TimeRange(range) => time_range_error(layout, range, "friendly id timestamp"),
@@ -302,13 +304,14 @@ fn parse_error(layout: &Layout, text: &str, why: ParseError) -> CosidError {
     }
 }
 
-fn radix62_error(text: &str, why: ParseError) -> CosidError {
+fn radix62_error(text: &TextArg, why: ParseError) -> CosidError {
+    let quoted = text.quoted();
     match why {
         ParseError::Radix62Overflow => {
-            CosidError::out_of_range(format!("cosid Radix62 id \"{text}\" is out of range"))
+            CosidError::out_of_range(format!("cosid Radix62 id {quoted} is out of range"))
                 .detail("It is larger than the largest bigint, \"AzL8n0Y58m7\".")
         }
-        _ => CosidError::invalid_argument(format!("invalid cosid Radix62 id: \"{text}\"")).detail(
+        _ => CosidError::invalid_argument(format!("invalid cosid Radix62 id: {quoted}")).detail(
             "A Radix62 id has 1 to 11 characters from 0-9, A-Z and a-z, such as \
                  \"0LrHucXALbs\".",
         ),

@@ -487,7 +487,9 @@ impl Worker {
         self.publish_limits(sent_ms, watermark_ms);
         // Backends enforce the watermark too, on their own clock reads: nothing is issued at or
         // before it, and a clock still behind it counts as a step back.
-        self.generator().open(&self.layout, machine_id, floor_ticks);
+        // Cannot be refused: the machine id was checked against the layout after the claim.
+        let opened = self.generator().open(&self.layout, machine_id, floor_ticks);
+        debug_assert!(opened.is_ok());
         lease.set_problem(LeaseProblem::None);
         lease.last_error.store("");
         lease.set_state(LeaseState::Up);

@@ -1,7 +1,10 @@
 """Settings against a real server: bad combinations stop it from starting with a message that
 names the settings; a missing machine id lets it start but refuses to generate, saying why; the
-stateful_set distributor reads HOSTNAME; a custom layout is used for generating and decoding."""
+stateful_set distributor reads HOSTNAME; a custom layout is used for generating and decoding;
+a used-up second is slept out; text arguments work in databases that are not UTF-8."""
 
+import os
+import subprocess
 import time
 import unittest
 
@@ -86,6 +89,109 @@ class Settings(unittest.TestCase):
                              "cosid.timestamp_bits": 31, "cosid.sequence_bits": 22,
                              "cosid.epoch": "'2020-01-01T00:00:00.5Z'"},
                             "must be a whole second", "Set cosid.epoch to a whole second")
+
+    def test_layout_that_does_not_cover_the_current_time_stops_the_server(self):
+        # An epoch in the future: every id would be before it.
+        self.assert_refused({"cosid.distributor": "lease", "cosid.epoch": "'2099-01-01'"},
+                            "FATAL:  cosid.epoch is in the future",
+                            "DETAIL:  Ids of this layout cover 2099-01-01 00:00:00.000+00 to "
+                            "2168-09-07 15:47:35.551+00: cosid.epoch plus 2^41 milliseconds "
+                            "(cosid.timestamp_bits). The clock reads ",
+                            "HINT:  Set cosid.epoch to an instant in the past")
+        # An epoch so far back that the timestamp bits ran out long ago.
+        self.assert_refused({"cosid.machine_id": 1, "cosid.epoch": "'1900-01-01'"},
+                            "FATAL:  the current time is after the last instant of the cosid "
+                            "layout",
+                            "DETAIL:  Ids of this layout cover 1900-01-01 00:00:00.000+00 to "
+                            "1969-09-07 15:47:35.551+00",
+                            "HINT:  Raise cosid.timestamp_bits, or set cosid.epoch")
+        self.assert_refused({"cosid.machine_id": 1, "cosid.time_unit": "second",
+                             "cosid.timestamp_bits": 20, "cosid.epoch": "'2020-01-01'"},
+                            "FATAL:  the current time is after the last instant",
+                            "to 2020-01-13 03:16:15.999+00: cosid.epoch plus 2^20 seconds")
+        # Nothing was leased or written by the refused starts: the server starts as before.
+        started, _ = self.start_with({"cosid.machine_id": 1})
+        self.assertTrue(started)
+        self.cluster.query("SELECT cosid_next()")
+
+    def test_a_used_up_second_is_slept_out_not_spun(self):
+        """With the second unit and one sequence bit, each second holds two ids: 8 ids take
+        about 4 s, which the backend must spend sleeping, not spinning."""
+        started, _ = self.start_with({"cosid.machine_id": 1, "cosid.time_unit": "second",
+                                      "cosid.sequence_bits": 1})
+        self.assertTrue(started)
+        # The backend reads its own CPU time (fields 14 and 15 of /proc/self/stat, in clock
+        # ticks) and the wall clock before and after generating, in one session.
+        probe = ("SELECT btrim(split_part(pg_read_file('/proc/self/stat'), ') ', 2), E'\\n'), "
+                 "extract(epoch FROM clock_timestamp())")
+        result = subprocess.run(
+            self.cluster.psql_command("postgres", "-At", "-v", "ON_ERROR_STOP=1", "-c", probe,
+                                      "-c", "SELECT count(DISTINCT id) FROM (SELECT cosid_next() "
+                                            "AS id FROM generate_series(1, 8)) ids",
+                                      "-c", probe),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        before, count, after = result.stdout.split("\n")[:3]
+
+        def cpu_and_wall(line):
+            stat, wall = line.rsplit("|", 1)
+            fields = stat.split()
+            # After "pid (comm) ", field 3 (state) is fields[0]: utime is field 14, stime 15.
+            ticks = int(fields[11]) + int(fields[12])
+            return ticks / os.sysconf("SC_CLK_TCK"), float(wall)
+
+        (cpu_before, wall_before), (cpu_after, wall_after) = map(cpu_and_wall, (before, after))
+        self.assertEqual(count, "8")
+        wall, cpu = wall_after - wall_before, cpu_after - cpu_before
+        self.assertGreater(wall, 2.5, "8 ids at 2 per second wait for at least 3 seconds")
+        self.assertLess(cpu, 0.2 * wall,
+                        f"the backend used {cpu:.2f} s of CPU in {wall:.2f} s waiting for ticks")
+        waits = int(self.cluster.query("SELECT next_tick_waits FROM cosid.status"))
+        self.assertGreaterEqual(waits, 3)
+        # The sleep is cancellable: a statement timeout ends it, well before the ids would come.
+        began = time.monotonic()
+        with self.assertRaises(SqlError) as cancelled:
+            self.cluster.query("SET statement_timeout = '200ms'; "
+                               "SELECT cosid_next() FROM generate_series(1, 40)")
+        self.assertEqual(cancelled.exception.sqlstate, "57014")
+        self.assertLess(time.monotonic() - began, 5)
+
+    def test_text_arguments_in_databases_that_are_not_utf8(self):
+        started, _ = self.start_with({"cosid.machine_id": 1})
+        self.assertTrue(started)
+        vector = "295913926632165376"
+        for database, encoding in [("latin", "LATIN1"), ("ascii", "SQL_ASCII")]:
+            with self.subTest(encoding=encoding):
+                self.cluster.query(f"DROP DATABASE IF EXISTS {database}")
+                self.cluster.query(f"CREATE DATABASE {database} TEMPLATE template0 ENCODING "
+                                   f"'{encoding}' LC_COLLATE 'C' LC_CTYPE 'C'")
+                self.cluster.query("CREATE EXTENSION cosid", db=database)
+                # E'\xe9' is "é" in LATIN1, and a byte that is not UTF-8 in SQL_ASCII.
+                for call in [r"cosid_from_radix62(E'\xe9')",
+                             r"cosid_from_radix62(E'0LrHucXALb\xe9')",
+                             r"cosid_from_friendly(E'2022\xe90320053617924-5-0')",
+                             r"cosid_from_friendly(E'20220320053617924-5-\xe9')",
+                             r"cosid_from_friendly(E'\xe9')"]:
+                    with self.assertRaises(SqlError, msg=call) as refused:
+                        self.cluster.query(f"SELECT {call}", db=database)
+                    self.assertEqual(refused.exception.sqlstate, "22023", refused.exception.stderr)
+                    self.assertRegex(refused.exception.message,
+                                     r'^invalid cosid (Radix62|friendly) id: "[ -~]*\\u(00E9|FFFD)')
+                    self.assertIn("DETAIL:", refused.exception.stderr)
+                    self.assertNotIn("panicked", refused.exception.stderr)
+                self.assertEqual(self.cluster.rows(
+                    "SELECT cosid_from_radix62('0LrHucXALbs'), cosid_from_radix62('LrHucXALbs'), "
+                    "cosid_from_friendly('20220320053617924-0005-0000'), "
+                    "cosid_to_radix62(295913926632165376), cosid_friendly(295913926632165376)",
+                    db=database)[0],
+                    [vector, vector, vector, "0LrHucXALbs", "20220320053617924-5-0"])
+        # A no-break space (LATIN1 0xA0) around the parts is a blank, as in a UTF-8 database.
+        self.assertEqual(self.cluster.query(
+            "SELECT cosid_from_friendly(chr(160) || '20220320053617924-5-0' || chr(160))",
+            db="latin"), vector)
+        self.assertEqual(self.cluster.query(
+            "SELECT cosid_from_friendly(chr(160) || '20220320053617924-5-0' || chr(160))"),
+            vector)
 
     def test_spin_threshold_beyond_broken_threshold_stops_the_server(self):
         self.assert_refused({"cosid.machine_id": 1,

@@ -21,7 +21,7 @@
 //! which no id has: the next id is then in a later tick, or CosId's normal rules would give it a
 //! sequence greater than the maximum, which forces the wait for the next tick.
 
-use crate::layout::{IdParts, Layout, TimeRangeError};
+use crate::layout::{IdParts, Layout, PartsError, TimeRangeError};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const CLOSED_BIT: u64 = 1 << 63;
@@ -32,6 +32,11 @@ pub const DEFAULT_SEQUENCE_RESET_THRESHOLD: u32 = 2047;
 /// CosId's `DefaultClockBackwardsSynchronizer` defaults.
 pub const DEFAULT_SPIN_THRESHOLD_MS: u64 = 1;
 pub const DEFAULT_BROKEN_THRESHOLD_MS: u64 = 500;
+
+/// Waits for the next tick up to this long are spun; longer ones sleep until this long before
+/// the tick and spin the rest. A millisecond tick is never further away, so its waits spin as in
+/// CosId; a used-up second sleeps instead of burning a CPU for up to a second.
+pub const NEXT_TICK_SPIN_MS: i64 = 1;
 
 /// The immutable part of a generator, fixed when the server starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,14 +165,22 @@ impl GeneratorState {
         }
     }
 
-    /// Starts issuing ids with `machine_id`, all in ticks after `floor_ticks`.
-    pub fn open(&self, layout: &Layout, machine_id: u32, floor_ticks: u64) {
+    /// Starts issuing ids with `machine_id`, all in ticks after `floor_ticks`. A machine id
+    /// beyond the layout's machine bits is refused and the generator stays as it was: it would
+    /// spill into the timestamp and make ids of another machine id, or out of order.
+    pub fn open(
+        &self,
+        layout: &Layout,
+        machine_id: u32,
+        floor_ticks: u64,
+    ) -> Result<(), PartsError> {
         let floor = layout.compose(IdParts {
             ticks: floor_ticks.min(layout.max_ticks()),
             machine_id,
             sequence: layout.max_sequence(),
-        });
+        })?;
         self.word.store(floor as u64, Ordering::Release);
+        Ok(())
     }
 
     /// Stops issuing ids; calls in flight fail their compare-and-swap and see the closed word.
@@ -247,7 +260,8 @@ impl GeneratorState {
                             bound_unix_ms: layout.ticks_to_unix_ms(bound),
                         });
                     }
-                    let id = layout.compose(parts);
+                    // In range: the machine id is the open word's, checked by `open`.
+                    let id = layout.compose_in_range(parts);
                     if self
                         .word
                         .compare_exchange(word, id as u64, Ordering::AcqRel, Ordering::Acquire)
@@ -265,7 +279,13 @@ impl GeneratorState {
                     // A tick is at most a second; a clock that does not reach the next one in
                     // several is frozen or jumping, and the caller should hear about it.
                     self.check_wait_budget(clock, &mut wait_started_ms, 5_000)?;
-                    clock.spin();
+                    // The clock is within the last tick, so the next one is 1 ms to a tick away.
+                    let wait_ms = layout.ticks_to_unix_ms(last.ticks + 1) - now_unix_ms;
+                    if wait_ms > NEXT_TICK_SPIN_MS {
+                        clock.sleep_ms((wait_ms - NEXT_TICK_SPIN_MS) as u64);
+                    } else {
+                        clock.spin();
+                    }
                 }
                 Plan::ClockBackwards => {
                     let last_unix_ms = layout.ticks_to_unix_ms(last.ticks);
@@ -397,7 +417,7 @@ mod tests {
     fn opened(config: &GeneratorConfig, machine_id: u32, floor_unix_ms: i64) -> GeneratorState {
         let state = GeneratorState::closed();
         let floor = config.layout.unix_ms_to_ticks(floor_unix_ms).unwrap();
-        state.open(&config.layout, machine_id, floor);
+        state.open(&config.layout, machine_id, floor).unwrap();
         state
     }
 
@@ -440,11 +460,13 @@ mod tests {
                 }
             }
             self.last_ticks = now;
-            layout.compose(IdParts {
-                ticks: now,
-                machine_id: self.machine_id,
-                sequence: self.sequence,
-            })
+            layout
+                .compose(IdParts {
+                    ticks: now,
+                    machine_id: self.machine_id,
+                    sequence: self.sequence,
+                })
+                .unwrap()
         }
     }
 
@@ -538,6 +560,10 @@ mod tests {
         clock.monotonic = 0;
         let id = state.next_id(&config, &mut clock).unwrap();
         assert_eq!(parts(&config, id), (T0 + 2, 1, 0));
+        assert_eq!(
+            clock.slept_ms, 0,
+            "a millisecond tick is spun for, never slept for"
+        );
         assert!(state.stats().next_tick_waits >= 1);
         assert_eq!(state.stats().ids_issued, 4096);
     }
@@ -666,6 +692,52 @@ mod tests {
     }
 
     #[test]
+    fn a_machine_id_beyond_the_machine_bits_is_refused_at_open() {
+        let config = config(12, 2047);
+        let floor = config.layout.unix_ms_to_ticks(T0).unwrap();
+        let state = GeneratorState::closed();
+        assert_eq!(
+            state.open(&config.layout, 1024, floor),
+            Err(PartsError::MachineId {
+                machine_id: 1024,
+                max_machine_id: 1023
+            })
+        );
+        assert!(
+            !state.is_open(),
+            "a refused open leaves the generator closed"
+        );
+        // An open generator keeps its machine id when a bad one is refused.
+        state.open(&config.layout, 1023, floor).unwrap();
+        let before = state.last_word();
+        assert!(state.open(&config.layout, u32::MAX, floor).is_err());
+        assert_eq!(state.last_word(), before);
+        let mut clock = ScriptedClock::new(&[T0 + 1]);
+        let id = state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(parts(&config, id), (T0 + 1, 1023, 1));
+    }
+
+    #[test]
+    fn a_used_up_second_is_slept_out_not_spun() {
+        let config = GeneratorConfig {
+            layout: Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 31, 10, 1).unwrap(),
+            sequence_reset_threshold: 0,
+        };
+        let second = |n: i64| COSID_EPOCH_MS + n * 1000;
+        let state = opened(&config, 4, second(100));
+        let mut clock = ScriptedClock::new(&[second(101) + 200]);
+        let first = state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(parts(&config, first), (second(101), 4, 1));
+        // Sequence 1 was the last of second 101: the next id waits 800 ms for second 102,
+        // sleeping all but the last millisecond.
+        let next = state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(parts(&config, next), (second(102), 4, 0));
+        assert_eq!(clock.slept_ms, 799);
+        assert_eq!(clock.spins, 1);
+        assert_eq!(state.stats().next_tick_waits, 1);
+    }
+
+    #[test]
     fn clock_outside_the_layout_is_refused() {
         let config = config(12, 2047);
         let state = opened(&config, 2, COSID_EPOCH_MS);
@@ -709,11 +781,13 @@ mod tests {
         let config = config(12, 2047);
         let state = GeneratorState::closed();
         let now = SystemClock.unix_ms();
-        state.open(
-            &config.layout,
-            77,
-            config.layout.unix_ms_to_ticks(now).unwrap(),
-        );
+        state
+            .open(
+                &config.layout,
+                77,
+                config.layout.unix_ms_to_ticks(now).unwrap(),
+            )
+            .unwrap();
         let per_thread = 50_000;
         let all: Vec<Vec<i64>> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)

@@ -114,6 +114,50 @@ pub struct IdParts {
     pub sequence: u32,
 }
 
+/// Why parts make no id of a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartsError {
+    Ticks {
+        ticks: u64,
+        max_ticks: u64,
+    },
+    MachineId {
+        machine_id: u32,
+        max_machine_id: u32,
+    },
+    Sequence {
+        sequence: u32,
+        max_sequence: u32,
+    },
+}
+
+impl fmt::Display for PartsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PartsError::Ticks { ticks, max_ticks } => write!(
+                f,
+                "tick {ticks} is beyond the last tick of cosid.timestamp_bits, {max_ticks}"
+            ),
+            PartsError::MachineId {
+                machine_id,
+                max_machine_id,
+            } => write!(
+                f,
+                "machine id {machine_id} is outside the range 0 .. {max_machine_id} of \
+                 cosid.machine_bits"
+            ),
+            PartsError::Sequence {
+                sequence,
+                max_sequence,
+            } => write!(
+                f,
+                "sequence {sequence} is outside the range 0 .. {max_sequence} of \
+                 cosid.sequence_bits"
+            ),
+        }
+    }
+}
+
 /// Why a timestamp cannot be expressed in the layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeRangeError {
@@ -224,9 +268,42 @@ impl Layout {
         self.sequence_bits + self.machine_bits
     }
 
-    /// The id for these parts. Each part must be within the layout's range; the callers
-    /// (the generator and the parsers) check that first.
-    pub fn compose(&self, parts: IdParts) -> i64 {
+    /// The id for these parts, or why they make none: a part beyond its field would spill into
+    /// the next one and give a wrong id, so every build checks them.
+    pub fn compose(&self, parts: IdParts) -> Result<i64, PartsError> {
+        self.check_machine_id(parts.machine_id)?;
+        if parts.ticks > self.max_ticks() {
+            return Err(PartsError::Ticks {
+                ticks: parts.ticks,
+                max_ticks: self.max_ticks(),
+            });
+        }
+        if parts.sequence > self.max_sequence() {
+            return Err(PartsError::Sequence {
+                sequence: parts.sequence,
+                max_sequence: self.max_sequence(),
+            });
+        }
+        Ok(self.compose_in_range(parts))
+    }
+
+    /// Whether a machine id fits the machine bits.
+    pub fn check_machine_id(&self, machine_id: u32) -> Result<(), PartsError> {
+        if machine_id > self.max_machine_id() {
+            return Err(PartsError::MachineId {
+                machine_id,
+                max_machine_id: self.max_machine_id(),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Layout::compose`] without the checks, for the generator's hot path only, whose parts
+    /// are in range by construction: the machine id and sequence are masked out of a word that
+    /// was checked when the generator was opened, and the ticks come from
+    /// [`Layout::unix_ms_to_ticks`].
+    #[inline]
+    pub(crate) fn compose_in_range(&self, parts: IdParts) -> i64 {
         debug_assert!(parts.ticks <= self.max_ticks());
         debug_assert!(parts.machine_id <= self.max_machine_id());
         debug_assert!(parts.sequence <= self.max_sequence());
@@ -278,7 +355,7 @@ impl Layout {
     /// bound of an index range scan over ids made from that instant on.
     pub fn smallest_id_at(&self, unix_ms: i64) -> Result<i64, TimeRangeError> {
         let ticks = self.unix_ms_to_ticks(unix_ms)?;
-        Ok(self.compose(IdParts {
+        Ok(self.compose_in_range(IdParts {
             ticks,
             machine_id: 0,
             sequence: 0,
@@ -355,7 +432,8 @@ impl Layout {
             .map_err(ParseError::TimeRange)?;
         let machine_id = parse_decimal(machine, "machine id", u64::from(self.max_machine_id()))?;
         let sequence = parse_decimal(sequence, "sequence", u64::from(self.max_sequence()))?;
-        Ok(self.compose(IdParts {
+        // Each part was checked against its field above.
+        Ok(self.compose_in_range(IdParts {
             ticks,
             machine_id: machine_id as u32,
             sequence: sequence as u32,
@@ -469,6 +547,26 @@ pub fn format_unix_ms(unix_ms: i64) -> String {
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}+00",
         civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second, civil.milli
     )
+}
+
+/// Text in double quotes, for a message. With `ascii_only`, for a server whose encoding is not
+/// UTF-8, other characters are written as `\uXXXX` (`\UXXXXXXXX` beyond the BMP), the escapes
+/// of PostgreSQL's `E''` strings.
+pub fn quote_for_message(text: &str, ascii_only: bool) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        let code = u32::from(c);
+        if c.is_ascii() || !ascii_only {
+            out.push(c);
+        } else if code <= 0xFFFF {
+            out.push_str(&format!("\\u{code:04X}"));
+        } else {
+            out.push_str(&format!("\\U{code:08X}"));
+        }
+    }
+    out.push('"');
+    out
 }
 
 fn parse_decimal(text: &str, what: &'static str, max: u64) -> Result<u64, ParseError> {
@@ -632,7 +730,7 @@ mod tests {
         assert_eq!(layout.ticks_to_unix_ms(parts.ticks), 1_647_754_577_924);
         assert_eq!(parts.machine_id, 5);
         assert_eq!(parts.sequence, 0);
-        assert_eq!(layout.compose(parts), COSID_VECTOR_ID);
+        assert_eq!(layout.compose(parts), Ok(COSID_VECTOR_ID));
     }
 
     #[test]
@@ -696,7 +794,7 @@ mod tests {
                 },
             ];
             for parts in corners {
-                let id = layout.compose(parts);
+                let id = layout.compose(parts).unwrap();
                 assert!(id >= 0, "{layout:?} {parts:?}");
                 assert_eq!(layout.decompose(id), Some(parts), "{layout:?}");
                 let unix_ms = layout.ticks_to_unix_ms(parts.ticks);
@@ -711,6 +809,68 @@ mod tests {
                 assert_eq!(from_radix62(&radix), Ok(id));
             }
         }
+    }
+
+    /// Checked in every build, not only with debug assertions: `cargo test --release` runs it
+    /// too.
+    #[test]
+    fn compose_refuses_parts_beyond_their_fields() {
+        let layout = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 3, 8).unwrap();
+        let parts = |ticks, machine_id, sequence| IdParts {
+            ticks,
+            machine_id,
+            sequence,
+        };
+        assert_eq!(
+            layout.compose(parts(5, 8, 0)),
+            Err(PartsError::MachineId {
+                machine_id: 8,
+                max_machine_id: 7
+            })
+        );
+        assert_eq!(
+            layout.compose(parts(5, u32::MAX, 0)),
+            Err(PartsError::MachineId {
+                machine_id: u32::MAX,
+                max_machine_id: 7
+            })
+        );
+        assert_eq!(
+            layout.compose(parts(1 << 41, 0, 0)),
+            Err(PartsError::Ticks {
+                ticks: 1 << 41,
+                max_ticks: (1 << 41) - 1
+            })
+        );
+        assert_eq!(
+            layout.compose(parts(5, 0, 256)),
+            Err(PartsError::Sequence {
+                sequence: 256,
+                max_sequence: 255
+            })
+        );
+        assert_eq!(layout.check_machine_id(7), Ok(()));
+        assert!(layout.check_machine_id(8).is_err());
+        assert_eq!(
+            PartsError::MachineId {
+                machine_id: 8,
+                max_machine_id: 7
+            }
+            .to_string(),
+            "machine id 8 is outside the range 0 .. 7 of cosid.machine_bits"
+        );
+        // No machine bits: only machine id 0.
+        let no_machine = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 0, 12).unwrap();
+        assert_eq!(no_machine.compose(parts(5, 0, 1)), Ok((5 << 12) | 1));
+        assert!(no_machine.compose(parts(5, 1, 1)).is_err());
+    }
+
+    #[test]
+    fn quote_for_message_escapes_non_ascii_only_when_asked() {
+        assert_eq!(quote_for_message("abc", true), "\"abc\"");
+        assert_eq!(quote_for_message("é-1", false), "\"é-1\"");
+        assert_eq!(quote_for_message("é-1", true), "\"\\u00E9-1\"");
+        assert_eq!(quote_for_message("😀", true), "\"\\U0001F600\"");
     }
 
     #[test]

@@ -1,0 +1,104 @@
+//! `text` arguments in any server encoding.
+//!
+//! pgrx's `&str` and `String` arguments insist on UTF-8: in a database of another encoding
+//! (LATIN1, WIN1252, EUC_JP, ...) a non-ASCII character makes the conversion panic, which reaches
+//! the client as XX000 with a Rust backtrace. [`TextArg`] takes the argument's bytes as they are
+//! and converts them from the server encoding to UTF-8, so that every function sees the same
+//! characters in every database and refuses bad input with its own error.
+//!
+//! The other direction matters for messages that quote an argument: PostgreSQL takes a message's
+//! bytes to be in the server encoding, and Rust's are UTF-8, so [`TextArg::quoted`] writes
+//! non-ASCII characters as `\uXXXX` escapes where the server encoding is not UTF-8.
+
+use pgrx::callconv::{Arg, ArgAbi};
+use pgrx::prelude::*;
+use pgrx::FromDatum;
+use std::ffi::CStr;
+
+/// A `text` argument, converted to UTF-8.
+pub struct TextArg(String);
+
+impl TextArg {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The argument in double quotes, for an error message in the server encoding.
+    pub fn quoted(&self) -> String {
+        crate::layout::quote_for_message(
+            &self.0,
+            server_encoding() != pg_sys::pg_enc::PG_UTF8 as i32,
+        )
+    }
+}
+
+fn server_encoding() -> i32 {
+    // SAFETY: GetDatabaseEncoding only reads the encoding the backend set up at connection.
+    unsafe { pg_sys::GetDatabaseEncoding() }
+}
+
+/// The characters of `bytes`, which are text in the server encoding.
+fn server_to_utf8(bytes: &[u8]) -> String {
+    if bytes.is_ascii() {
+        // Every server encoding is a superset of ASCII.
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    let encoding = server_encoding();
+    if encoding == pg_sys::pg_enc::PG_UTF8 as i32 {
+        // PostgreSQL checked the text to be valid UTF-8.
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    if encoding == pg_sys::pg_enc::PG_SQL_ASCII as i32 {
+        // SQL_ASCII says nothing about bytes above 127: keep what is UTF-8, mark the rest.
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    // SAFETY: `bytes` is the text's data, `len` bytes without a terminating NUL, which
+    // pg_server_to_any reads as text in the server encoding (PostgreSQL checked it to be valid
+    // in it). It returns either its argument or a palloc'd, NUL-terminated conversion, which we
+    // copy and free.
+    unsafe {
+        let source = bytes.as_ptr().cast::<std::ffi::c_char>();
+        let converted = pg_sys::pg_server_to_any(
+            source,
+            bytes.len() as std::ffi::c_int,
+            pg_sys::pg_enc::PG_UTF8 as std::ffi::c_int,
+        );
+        if converted.cast_const() == source {
+            return String::from_utf8_lossy(bytes).into_owned();
+        }
+        let text = CStr::from_ptr(converted).to_string_lossy().into_owned();
+        pg_sys::pfree(converted.cast());
+        text
+    }
+}
+
+impl FromDatum for TextArg {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<TextArg> {
+        if is_null || datum.is_null() {
+            return None;
+        }
+        // SAFETY: the caller passes a non-null datum of type text; detoasting it gives a varlena
+        // in the current memory context that outlives this call, whose data we copy at once.
+        let bytes = unsafe {
+            let varlena = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            pgrx::varlena::varlena_to_byte_slice(varlena)
+        };
+        Some(TextArg(server_to_utf8(bytes)))
+    }
+}
+
+// SAFETY: TextArg is unboxed from a text datum through FromDatum, as pgrx's own String argument
+// is; a null pointer, which a strict function never receives, unboxes as the empty text rather
+// than a panic.
+unsafe impl<'fcx> ArgAbi<'fcx> for TextArg {
+    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> TextArg {
+        // SAFETY: pgrx calls this for an argument declared as text, which TextArg maps to.
+        unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or_else(|| TextArg(String::new()))
+    }
+}
+
+pgrx::impl_sql_translatable!(TextArg, arg_only = "text");
