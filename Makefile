@@ -30,7 +30,7 @@ lint:
 	cargo clippy --release --all-targets -- -D warnings
 
 integration-test: install
-	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_clock test_fleet test_faults test_load
+	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load
 
 # The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
 test-faults: install

@@ -88,7 +88,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF TG_OP = 'TRUNCATE' OR (TG_OP = 'DELETE' AND NOT (
-            current_setting('cosid.retiring', true) = 'on'
+            current_setting('cosid_lease.retiring', true) = 'on'
             AND (SELECT c.relowner FROM pg_class c WHERE c.oid = TG_RELID)
                 = (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))) THEN
         RAISE EXCEPTION 'rows of cosid.machine_lease cannot be deleted'
@@ -367,11 +367,11 @@ BEGIN
                       HINT = 'Retire it once its watermark is more than a minute in the past.';
         END IF;
     END LOOP;
-    PERFORM set_config('cosid.retiring', 'on', true);
+    PERFORM set_config('cosid_lease.retiring', 'on', true);
     DELETE FROM cosid.machine_lease l
      WHERE l.namespace = p_namespace AND (p_machine_id IS NULL OR l.machine_id = p_machine_id);
     GET DIAGNOSTICS v_count = ROW_COUNT;
-    PERFORM set_config('cosid.retiring', 'off', true);
+    PERFORM set_config('cosid_lease.retiring', 'off', true);
     IF p_machine_id IS NULL THEN
         DELETE FROM cosid.lease_namespace n WHERE n.namespace = p_namespace;
     END IF;

@@ -171,6 +171,10 @@ pub struct LeaseStatus {
     /// Lease workers started since the worker last connected to `cosid.database`: a worker that
     /// cannot connect ends with a FATAL error, and the next one waits longer before trying.
     pub connect_attempts: AtomicU32,
+    /// The lease timings in force (the worker's, after its checks of every reload), in ms;
+    /// 0 until the worker has started.
+    safe_guard_ms: AtomicU64,
+    guarder_delay_ms: AtomicU64,
     pub last_error: AtomicText<64>,
 }
 
@@ -187,6 +191,8 @@ impl LeaseStatus {
             last_renewed_at_ms: AtomicI64::new(UNKNOWN_TIME),
             watermark_ms: AtomicI64::new(UNKNOWN_TIME),
             connect_attempts: AtomicU32::new(0),
+            safe_guard_ms: AtomicU64::new(0),
+            guarder_delay_ms: AtomicU64::new(0),
             last_error: AtomicText::new(),
         }
     }
@@ -231,6 +237,16 @@ impl LeaseStatus {
             .store(renewed_at_ms, Ordering::Release);
         self.expires_at_ms.store(expires_at_ms, Ordering::Release);
         self.watermark_ms.store(watermark_ms, Ordering::Release);
+    }
+    /// The safe guard and the renewal period in force, in ms; `None` before the worker started.
+    pub fn timing_ms(&self) -> Option<(u64, u64)> {
+        let safe_guard = self.safe_guard_ms.load(Ordering::Relaxed);
+        (safe_guard > 0).then(|| (safe_guard, self.guarder_delay_ms.load(Ordering::Relaxed)))
+    }
+    pub fn set_timing_ms(&self, safe_guard_ms: u64, guarder_delay_ms: u64) {
+        self.safe_guard_ms.store(safe_guard_ms, Ordering::Relaxed);
+        self.guarder_delay_ms
+            .store(guarder_delay_ms, Ordering::Relaxed);
     }
     pub fn set_watermark_ms(&self, watermark_ms: i64) {
         self.watermark_ms.store(watermark_ms, Ordering::Release);

@@ -133,6 +133,10 @@ mod cosid {
             name!(next_tick_waits, i64),
             name!(clock_backwards_waits, i64),
             name!(clock_backwards_errors, i64),
+            name!(safe_guard_duration, Option<Interval>),
+            name!(guarder_delay, Option<Interval>),
+            name!(clock_backwards_spin_threshold, Interval),
+            name!(clock_backwards_broken_threshold, Interval),
         ),
     > {
         let slots = shmem::slots().or_raise();
@@ -152,6 +156,9 @@ mod cosid {
                 let last_timestamp =
                     last.and_then(|parts| timestamptz(layout.ticks_to_unix_ms(parts.ticks)).ok());
                 let leased = slot.distributor() == crate::distributor::DistributorKind::Lease;
+                // The timings in force: those the worker kept after checking every reload.
+                let timing = lease.timing_ms().filter(|_| leased);
+                let thresholds = shmem::backwards_policy();
                 let last_error = match no_machine_id() {
                     Some(why) => Some(why.detail()),
                     None => Some(lease.last_error.load()).filter(|text| !text.is_empty()),
@@ -177,6 +184,10 @@ mod cosid {
                     stats.next_tick_waits as i64,
                     stats.clock_backwards_waits as i64,
                     stats.clock_backwards_errors as i64,
+                    timing.map(|(safe_guard_ms, _)| interval_ms(safe_guard_ms)),
+                    timing.map(|(_, delay_ms)| interval_ms(delay_ms)),
+                    interval_ms(thresholds.spin_threshold_ms),
+                    interval_ms(thresholds.broken_threshold_ms),
                 )
             })
             .collect();
@@ -204,6 +215,10 @@ COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: con
     name = "status_view",
     requires = [cosid::generator_status]
 );
+
+fn interval_ms(ms: u64) -> Interval {
+    Interval::from_micros(ms.min(i64::MAX as u64 / 1_000) as i64 * 1_000)
+}
 
 /// The layout from the settings, read once per process.
 fn layout_or_raise() -> Layout {

@@ -201,6 +201,14 @@ impl Worker {
             );
         }
         self.timing = timing.clamped();
+        self.publish_timing();
+    }
+
+    /// Shows the timings in force in `cosid.status`.
+    fn publish_timing(&self) {
+        self.slot
+            .lease
+            .set_timing_ms(self.timing.safe_guard_ms, self.timing.guarder_delay_ms);
     }
 
     /// After a reload: new timings that could let the lease lapse between renewals, or clock
@@ -211,7 +219,10 @@ impl Worker {
         }
         let timing = guc::lease_timing();
         match timing.validate() {
-            Ok(()) => self.timing = timing,
+            Ok(()) => {
+                self.timing = timing;
+                self.publish_timing();
+            }
             Err(why) => self.log_change(
                 PgLogLevel::WARNING,
                 format!("cosid: ignoring the reloaded lease settings: {why}"),

@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.parse
 
-from pgcluster import ROOT, Cluster, chown_to_postgres, free_port
+from pgcluster import PG_BIN, ROOT, Cluster, as_postgres, chown_to_postgres, free_port
 
 FLEET_ROLE = "cosid_fleet"
 FLEET_PASSWORD = "fleet-secret-9f3k"
@@ -177,3 +177,28 @@ def fleet_server(name, port, store_port, extra=None, via=None, conninfo_extra=""
     server.settings = {"cosid.lease_store": f"'{conninfo}'", **(extra or {})}
     server.write_settings()
     return server
+
+
+def restore_store_copy(store, name, port):
+    """A copy of the store's database in a new cluster, made as an operator would: its roles
+    with `pg_dumpall --roles-only`, then `pg_dump -Fc` and `pg_restore`. Returns the started
+    copy."""
+    dump = store.base / "store.dump"
+    roles = store.base / "roles.sql"
+    connect = ["-h", "127.0.0.1", "-p", store.port, "-U", "postgres"]
+    subprocess.run(as_postgres([PG_BIN / "pg_dump", *connect, "-Fc", "-f", dump, "postgres"]),
+                   check=True)
+    subprocess.run(as_postgres([PG_BIN / "pg_dumpall", *connect, "--roles-only", "-f", roles]),
+                   check=True)
+    restored = Cluster(name, free_port(port), dict(store.settings), preload=False).init()
+    (restored.data / "pg_hba.conf").write_text((store.data / "pg_hba.conf").read_text())
+    chown_to_postgres(restored.data)
+    restored.start()
+    connect = ["-h", "127.0.0.1", "-p", restored.port, "-U", "postgres"]
+    # The roles script also creates roles that exist already (postgres): those lines fail.
+    subprocess.run(as_postgres([PG_BIN / "psql", "-X", "-q", *connect, "-d", "postgres", "-f",
+                                roles]), check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    subprocess.run(as_postgres([PG_BIN / "pg_restore", *connect, "-d", "postgres",
+                                "--exit-on-error", dump]), check=True)
+    return restored

@@ -22,8 +22,10 @@ import unittest
 from collections import Counter, defaultdict
 
 from clients import LoopingClients, duplicates, sessions_not_increasing
-from fleet import Proxy, fleet_server, start_store
-from pgcluster import chown_to_postgres
+from fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
+                   start_store)
+from pgcluster import PG_BIN, SqlError, chown_to_postgres
+from test_hostile import query_as
 from test_clock import LIBFAKETIME
 from test_lease import DEADLINE_S, SAFE_GUARD_S, status, wait_for, wait_up
 
@@ -214,6 +216,96 @@ class Faults(unittest.TestCase):
             locker["p"].wait()
 
         self.run_with_load("store locked", lock, unlock, DEADLINE_S + 1)
+
+    def test_lease_rows_attacked(self):
+        # The store's superuser and the store role try to empty the lease table and lower its
+        # watermarks while every server generates.
+        refusals = []
+
+        def attack():
+            for sql in ("DELETE FROM cosid.machine_lease", "TRUNCATE cosid.machine_lease",
+                        "UPDATE cosid.machine_lease SET watermark_ms = 0"):
+                for run in (self.store.query,
+                            lambda q: query_as(self.store, FLEET_ROLE, q, FLEET_PASSWORD)):
+                    try:
+                        run(sql)
+                        refusals.append("done")
+                    except SqlError as error:
+                        refusals.append(error.sqlstate)
+
+        self.run_with_load("rows deleted, truncated", attack, lambda: None, 2.0)
+        self.assertEqual(refusals, ["42501"] * 6)
+
+    def test_stolen_store_credential(self):
+        # With the store role's password: release every holder's lease with guessed tokens, and
+        # claim under every holder's identity, again and again during the fault.
+        answers = []
+        stop = threading.Event()
+
+        def attack():
+            holders = [(status(s)["machine_id"], status(s)["instance_id"])
+                       for s in self.holders()]
+
+            def loop():
+                while not stop.is_set():
+                    for machine_id, instance_id in holders:
+                        answers.append(query_as(
+                            self.store, FLEET_ROLE,
+                            f"SELECT cosid.lease_release('cosid', {machine_id}, "
+                            f"'{instance_id}', 'guess', 0)", FLEET_PASSWORD))
+                        answers.append(query_as(
+                            self.store, FLEET_ROLE,
+                            "SELECT outcome FROM cosid.lease_claim('cosid', 1, "
+                            f"'{instance_id}', false, 4000, 'impostor', 0)", FLEET_PASSWORD))
+            threading.Thread(target=loop, daemon=True).start()
+
+        self.run_with_load("stolen store credential", attack, stop.set, 3.0)
+        self.assertTrue(answers)
+        self.assertLessEqual(set(answers), {"f", "busy"})
+
+    def test_advisory_lock_during_a_takeover(self):
+        # A role with no grants holds the lock that serialised claims before, while a holder
+        # is cut off for longer than its safe guard: the waiting server still takes over.
+        victim = self.holders()[0]
+        proxy = self.proxies[self.servers.index(victim)]
+        victim_id = int(status(victim)["machine_id"])
+        self.store.query("CREATE ROLE nobody LOGIN")
+        locker = subprocess.Popen(
+            [str(PG_BIN / "psql"), "-X", "-q", "-h", "127.0.0.1", "-p", str(self.store.port),
+             "-U", "nobody", "-d", "postgres"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, text=True)
+        self.addCleanup(locker.kill)
+
+        def fault():
+            locker.stdin.write("SELECT pg_advisory_lock(hashtext('cosid.machine_lease'), "
+                               "hashtext('cosid'));\n")
+            locker.stdin.flush()
+            proxy.set_mode("blackhole")
+
+        sessions = self.run_with_load("advisory lock, partition", fault,
+                                      lambda: proxy.set_mode("pass"), SAFE_GUARD_S + 2)
+        takers = {name for name, group in sessions.items() if name != victim.name
+                  for s in group for v in s.ids if decode(v)[0] == victim_id}
+        self.assertTrue(takers, "no takeover happened")
+
+    def test_store_restored_from_an_exact_dump(self):
+        # The servers are cut off from the store, which is dumped and restored into a new
+        # cluster; the proxies then lead there, and the servers renew their own leases.
+        def fault():
+            for proxy in self.proxies:
+                proxy.set_mode("blackhole")
+            restored = restore_store_copy(self.store, "faults-store-restored", 25350)
+            self.addCleanup(restored.stop, mode="immediate", check=False)
+            self.store.stop(mode="immediate")
+            for proxy in self.proxies:
+                proxy.target_port = restored.port
+
+        def heal():
+            for proxy in self.proxies:
+                proxy.set_mode("reset")
+                proxy.set_mode("pass")
+
+        self.run_with_load("store restored from a dump", fault, heal, 0.5)
 
     def test_store_restarted(self):
         self.run_with_load("store restarted", lambda: self.store.stop(mode="immediate"),

@@ -10,7 +10,8 @@ import time
 import unittest
 
 from clients import LoopingClients, duplicates, sessions_not_increasing
-from fleet import FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, start_store
+from fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
+                   start_store)
 from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port, parse_error
 from test_lease import FAST_LEASES, lease_cluster, status, try_next, wait_for, wait_up
 
@@ -165,28 +166,10 @@ class Hostile(unittest.TestCase):
             wait_for(lambda: all(load.ids_so_far() > 10_000 for load in loads), 30, "ids")
             for proxy in self.proxies:
                 proxy.set_mode("blackhole")
-            dump = store.base / "store.dump"
-            roles = store.base / "roles.sql"
-            subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", store.port,
-                                        "-U", "postgres", "-Fc", "-f", dump, "postgres"]),
-                           check=True)
-            subprocess.run(as_postgres([PG_BIN / "pg_dumpall", "-h", "127.0.0.1", "-p",
-                                        store.port, "-U", "postgres", "--roles-only", "-f",
-                                        roles]), check=True)
             # A renewal the store had received before the cut may still commit: the claims
             # themselves cannot change.
             rows = store.rows(f"SELECT {TOKEN_COLUMNS} FROM cosid.machine_lease ORDER BY 2")
-            restored = self.track(Cluster("hostile-dump-restored", free_port(25440),
-                                          preload=False).init())
-            (restored.data / "pg_hba.conf").write_text((store.data / "pg_hba.conf").read_text())
-            restored.start()
-            subprocess.run(as_postgres([PG_BIN / "psql", "-X", "-q", "-h", "127.0.0.1", "-p",
-                                        restored.port, "-U", "postgres", "-d", "postgres",
-                                        "-f", roles]), check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            subprocess.run(as_postgres([PG_BIN / "pg_restore", "-h", "127.0.0.1", "-p",
-                                        restored.port, "-U", "postgres", "-d", "postgres",
-                                        "--exit-on-error", dump]), check=True)
+            restored = self.track(restore_store_copy(store, "hostile-dump-restored", 25440))
             self.assertEqual(restored.rows(f"SELECT {TOKEN_COLUMNS} FROM cosid.machine_lease "
                                            "ORDER BY 2"), rows)
             store.stop(mode="immediate")

@@ -356,6 +356,30 @@ class Settings(unittest.TestCase):
                 self.assertEqual(self.cluster.query(
                     "SELECT count(DISTINCT id) FROM (SELECT cosid_next() AS id "
                     "FROM generate_series(1, 10)) ids"), "10")
+                # cosid.status shows the thresholds in force, not the settings refused.
+                self.assertEqual(self.cluster.query(
+                    "SELECT clock_backwards_spin_threshold, clock_backwards_broken_threshold "
+                    "FROM cosid.status"), "00:00:00.001|00:00:00.5")
+
+    def test_status_shows_the_lease_timings_in_force(self):
+        started, _ = self.start_with({"cosid.distributor": "lease"})
+        self.assertTrue(started)
+
+        def timing():
+            return self.cluster.query("SELECT safe_guard_duration, guarder_delay "
+                                      "FROM cosid.status")
+
+        wait_until(lambda: timing() == "00:05:00|00:01:00", "the worker's timings")
+        before = len(self.cluster.log())
+        # Renewals slower than the safe guard allows: refused, and the timings stay.
+        self.cluster.query("ALTER SYSTEM SET cosid.guarder_delay = '10min'")
+        self.cluster.query("SELECT pg_reload_conf()")
+        wait_until(lambda: "ignoring the reloaded lease settings" in self.cluster.log()[before:],
+                   "the refusal")
+        self.assertEqual(timing(), "00:05:00|00:01:00")
+        self.cluster.query("ALTER SYSTEM SET cosid.guarder_delay = '2min'")
+        self.cluster.query("SELECT pg_reload_conf()")
+        wait_until(lambda: timing() == "00:05:00|00:02:00", "the new timings in force")
 
     def test_unset_machine_id_refuses_to_generate_and_says_why(self):
         started, log = self.start_with({})
