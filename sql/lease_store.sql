@@ -16,6 +16,9 @@
 -- - Claims of a namespace are serialised by a row lock on a private table, which no other role
 --   can take.
 
+-- The roles may exist already (another database of the cluster has the store or the
+-- extension); they must then still be what this file makes them. A schema cosid that somebody
+-- else created first would let its owner replace the table and the functions: refused.
 DO $roles$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_owner') THEN
@@ -23,6 +26,24 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_holder') THEN
         CREATE ROLE cosid_lease_holder NOLOGIN;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles r
+                WHERE r.rolname IN ('cosid_lease_owner', 'cosid_lease_holder') AND r.rolcanlogin)
+       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                   WHERE m.roleid = 'cosid_lease_owner'::pg_catalog.regrole) THEN
+        RAISE EXCEPTION 'the roles cosid_lease_owner and cosid_lease_holder must be NOLOGIN, and cosid_lease_owner must have no members'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'cosid_lease_owner owns the lease table and the protocol: whoever can act as it can change every lease.',
+                  HINT = 'Drop or fix the roles of that name, then install again.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                WHERE n.nspname = 'cosid'
+                  AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
+                                      WHERE r.rolname = current_user)) THEN
+        RAISE EXCEPTION 'schema cosid exists and belongs to another role'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
+                  HINT = 'Install into a database without a schema cosid, or as the role that owns it.';
     END IF;
 END
 $roles$;
@@ -34,6 +55,8 @@ CREATE TABLE cosid.machine_lease (
     namespace      text        NOT NULL,
     machine_id     integer     NOT NULL CHECK (machine_id >= 0),
     machine_bits   integer     NOT NULL CHECK (machine_bits >= 0 AND machine_bits <= 31),
+    -- The holder's whole id layout (epoch, time unit, bits); '' when a caller did not say.
+    layout         text        NOT NULL DEFAULT '',
     instance_id    text        NOT NULL,
     claim_token    text        NOT NULL,
     stable         boolean     NOT NULL,
@@ -102,10 +125,11 @@ BEGIN
                 USING ERRCODE = 'insufficient_privilege',
                       DETAIL = format('The row of machine id %s of namespace "%s" keeps what was issued under it.', OLD.machine_id, OLD.namespace);
         END IF;
-        IF NEW.watermark_ms < OLD.watermark_ms THEN
+        IF NEW.watermark_ms < OLD.watermark_ms OR NEW.claim_floor_ms < OLD.claim_floor_ms
+           OR NEW.released_ms < NEW.claim_floor_ms THEN
             RAISE EXCEPTION 'the watermark of a cosid lease cannot be lowered'
                 USING ERRCODE = 'insufficient_privilege',
-                      DETAIL = format('Machine id %s of namespace "%s" may have issued ids up to %s ms; a lower watermark would let them be issued again.', OLD.machine_id, OLD.namespace, OLD.watermark_ms);
+                      DETAIL = format('Machine id %s of namespace "%s" may have issued ids up to %s ms; a lower watermark (or claim floor, or a release below it) would let them be issued again.', OLD.machine_id, OLD.namespace, OLD.watermark_ms);
         END IF;
     END IF;
     IF TG_OP = 'DELETE' THEN
@@ -140,7 +164,8 @@ CREATE FUNCTION cosid.lease_claim(
     p_stable        boolean,
     p_safe_guard_ms bigint,
     p_claim_token   text,
-    p_watermark_ms  bigint)
+    p_watermark_ms  bigint,
+    p_layout        text DEFAULT '')
 RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
                expires_at_ms bigint, store_now_ms bigint)
 LANGUAGE plpgsql
@@ -160,31 +185,42 @@ BEGIN
     IF p_namespace IS NULL OR p_namespace = '' OR p_instance_id IS NULL OR p_instance_id = ''
        OR p_claim_token IS NULL OR p_claim_token = '' OR p_stable IS NULL
        OR p_machine_bits IS NULL OR p_machine_bits < 0 OR p_machine_bits > 31
-       OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_watermark_ms IS NULL THEN
+       OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_safe_guard_ms > 86400000
+       OR p_watermark_ms IS NULL OR p_layout IS NULL
+       OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
         RAISE EXCEPTION 'invalid arguments to cosid.lease_claim'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The namespace, instance id and claim token must not be empty, machine bits must be 0 to 31, and the safe guard positive.';
+                  DETAIL = 'The namespace, instance id and claim token must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark at most the safe guard and an hour ahead of the store''s clock.';
     END IF;
     v_max := ((1::bigint << p_machine_bits) - 1)::integer;
     INSERT INTO cosid.lease_namespace AS n (namespace) VALUES (p_namespace)
         ON CONFLICT DO NOTHING;
-    PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE;
+    -- Serialises claims where it can; a lock somebody keeps (a holder's open transaction) is
+    -- skipped, since the conditional writes below keep racing claims apart on their own.
+    PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE SKIP LOCKED;
     v_now := clock_timestamp();
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
 
+    -- Servers of one namespace must share a layout: ids of two layouts can coincide.
     IF EXISTS (SELECT FROM cosid.machine_lease l
-                WHERE l.namespace = p_namespace AND l.machine_bits <> p_machine_bits
+                WHERE l.namespace = p_namespace
+                  AND (l.machine_bits <> p_machine_bits
+                       OR (l.layout <> '' AND p_layout <> '' AND l.layout <> p_layout))
                   AND l.state = 'claimed' AND (l.stable OR l.expires_at > v_now)) THEN
-        RETURN QUERY SELECT 'machine_bits'::text, NULL::integer, NULL::bigint, NULL::bigint,
+        RETURN QUERY SELECT 'layout'::text, NULL::integer, NULL::bigint, NULL::bigint,
                             cosid.unix_ms(v_now);
         RETURN;
     END IF;
 
     FOR attempt IN 1..16 LOOP
         v_lease := NULL;
+        -- Its own lease, unless it is a non-stable one it gave back with a watermark ahead of
+        -- its clock: that one comes last, as anybody's.
         SELECT * INTO v_lease FROM cosid.machine_lease l
          WHERE l.namespace = p_namespace AND l.instance_id = p_instance_id
            AND l.machine_id <= v_max
+           AND NOT (l.state = 'released' AND NOT l.stable
+                    AND cosid.lease_next_floor_ms(l) > v_clock_ms)
          ORDER BY l.machine_id LIMIT 1;
         v_outcome := 'own';
         IF v_lease.machine_id IS NOT NULL AND v_lease.state = 'claimed'
@@ -216,10 +252,11 @@ BEGIN
             IF v_taken IS NOT NULL AND v_taken <= v_max THEN
                 -- Never seen: nothing was issued under it, since no row can vanish.
                 INSERT INTO cosid.machine_lease
-                    (namespace, machine_id, machine_bits, instance_id, claim_token, stable, state,
-                     claimed_at, renewed_at, expires_at, safe_guard, watermark_ms, claim_floor_ms)
-                VALUES (p_namespace, v_taken, p_machine_bits, p_instance_id, p_claim_token,
-                        p_stable, 'claimed', v_now, v_now, v_expires,
+                    (namespace, machine_id, machine_bits, layout, instance_id, claim_token,
+                     stable, state, claimed_at, renewed_at, expires_at, safe_guard,
+                     watermark_ms, claim_floor_ms)
+                VALUES (p_namespace, v_taken, p_machine_bits, p_layout, p_instance_id,
+                        p_claim_token, p_stable, 'claimed', v_now, v_now, v_expires,
                         p_safe_guard_ms * interval '1 millisecond', p_watermark_ms, 0)
                 ON CONFLICT DO NOTHING;
                 IF FOUND THEN
@@ -255,9 +292,15 @@ BEGIN
 
         -- Take the row only if it is still the one we chose: a renewal that committed meanwhile
         -- changed it, and then we choose again.
-        v_previous := cosid.lease_next_floor_ms(v_lease);
+        -- The same claim again (its answer was lost) waits for what the claim found, not for
+        -- the bound it wrote itself.
+        IF v_lease.state = 'claimed' AND v_lease.claim_token = p_claim_token THEN
+            v_previous := v_lease.claim_floor_ms;
+        ELSE
+            v_previous := cosid.lease_next_floor_ms(v_lease);
+        END IF;
         UPDATE cosid.machine_lease l
-           SET machine_bits = p_machine_bits, instance_id = p_instance_id,
+           SET machine_bits = p_machine_bits, layout = p_layout, instance_id = p_instance_id,
                claim_token = p_claim_token, stable = p_stable, state = 'claimed',
                claimed_at = v_now, renewed_at = v_now, expires_at = v_expires,
                safe_guard = p_safe_guard_ms * interval '1 millisecond',
@@ -298,7 +341,8 @@ AS $$
            watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
      WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
        AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
-       AND l.state = 'claimed'
+       AND l.state = 'claimed' AND p_safe_guard_ms <= 86400000
+       AND p_watermark_ms <= cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000
     RETURNING cosid.unix_ms(l.expires_at), cosid.unix_ms(l.renewed_at)
 $$;
 
@@ -327,6 +371,8 @@ AS $$
          WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
            AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
            AND l.state = 'claimed' AND p_watermark_ms IS NOT NULL
+           AND p_watermark_ms <= greatest(l.watermark_ms,
+                                          cosid.unix_ms(clock_timestamp()) + 3600000)
          RETURNING 1)
     SELECT EXISTS (SELECT FROM released)
 $$;
@@ -412,7 +458,7 @@ ALTER TABLE cosid.lease_namespace OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.unix_ms(timestamptz) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_guard() OWNER TO cosid_lease_owner;
-ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_release(text, integer, text, text, bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_retire(text, integer) OWNER TO cosid_lease_owner;
@@ -422,11 +468,11 @@ ALTER VIEW cosid.leases OWNER TO cosid_lease_owner;
 REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.leases FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
     cosid.machine_lease_guard(),
-    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint),
     cosid.lease_retire(text, integer), cosid.lease_rows() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint) TO cosid_lease_holder;

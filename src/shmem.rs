@@ -124,7 +124,7 @@ impl<const WORDS: usize> AtomicText<WORDS> {
 pub enum LeaseProblem {
     None = 0,
     Exhausted = 1,
-    MachineBitsMismatch = 2,
+    LayoutMismatch = 2,
     ClockBehind = 3,
     StoreError = 4,
     Standby = 5,
@@ -140,7 +140,7 @@ impl LeaseProblem {
     fn from_u8(value: u8) -> LeaseProblem {
         match value {
             1 => LeaseProblem::Exhausted,
-            2 => LeaseProblem::MachineBitsMismatch,
+            2 => LeaseProblem::LayoutMismatch,
             3 => LeaseProblem::ClockBehind,
             4 => LeaseProblem::StoreError,
             5 => LeaseProblem::Standby,

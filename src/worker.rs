@@ -108,6 +108,18 @@ fn wait_before_connecting(slot: &GeneratorSlot, database: &str) -> bool {
     !shutdown_requested()
 }
 
+/// The layout as the store compares it: epoch, time unit and the three widths.
+fn layout_text(layout: &Layout) -> String {
+    format!(
+        "epoch {} ms, {}, {}/{}/{} bits",
+        layout.epoch_ms(),
+        layout.time_unit().name(),
+        layout.timestamp_bits(),
+        layout.machine_bits(),
+        layout.sequence_bits()
+    )
+}
+
 struct Worker {
     slot: &'static GeneratorSlot,
     layout: Layout,
@@ -167,6 +179,7 @@ impl Worker {
             holder: Holder {
                 namespace,
                 machine_bits: slot.config.layout.machine_bits(),
+                layout: layout_text(&slot.config.layout),
                 instance_id: slot.instance_id().to_string(),
                 stable: settings.stable,
             },
@@ -432,13 +445,13 @@ impl Worker {
                     "claiming a machine id failed: other claims kept changing the lease table; trying again".to_string(),
                 );
             }
-            Ok(ClaimOutcome::MachineBitsMismatch) => {
+            Ok(ClaimOutcome::LayoutMismatch) => {
                 return self.set_problem(
                     LeaseState::Claiming,
-                    LeaseProblem::MachineBitsMismatch,
+                    LeaseProblem::LayoutMismatch,
                     format!(
-                        "namespace \"{}\" has live leases with other machine bits than this server's {}",
-                        self.holder.namespace, self.holder.machine_bits
+                        "namespace \"{}\" has live leases with another id layout than this server's ({}): servers of one namespace must share one layout, or their ids can coincide",
+                        self.holder.namespace, self.holder.layout
                     ),
                 );
             }

@@ -237,10 +237,21 @@ class Faults(unittest.TestCase):
         self.assertEqual(refusals, ["42501"] * 6)
 
     def test_stolen_store_credential(self):
-        # With the store role's password: release every holder's lease with guessed tokens, and
-        # claim under every holder's identity, again and again during the fault.
+        # With the store role's password: read every holder's claim token (or guess it, when
+        # that is refused), release its lease with it, and claim under its identity, again and
+        # again during the fault.
         answers = []
         stop = threading.Event()
+
+        def as_fleet(sql):
+            return query_as(self.store, FLEET_ROLE, sql, FLEET_PASSWORD)
+
+        def token_of(machine_id):
+            try:
+                return as_fleet("SELECT claim_token FROM cosid.machine_lease "
+                                f"WHERE machine_id = {machine_id}")
+            except SqlError:
+                return "guess"
 
         def attack():
             holders = [(status(s)["machine_id"], status(s)["instance_id"])
@@ -249,14 +260,13 @@ class Faults(unittest.TestCase):
             def loop():
                 while not stop.is_set():
                     for machine_id, instance_id in holders:
-                        answers.append(query_as(
-                            self.store, FLEET_ROLE,
+                        token = token_of(machine_id)
+                        answers.append(as_fleet(
                             f"SELECT cosid.lease_release('cosid', {machine_id}, "
-                            f"'{instance_id}', 'guess', 0)", FLEET_PASSWORD))
-                        answers.append(query_as(
-                            self.store, FLEET_ROLE,
+                            f"'{instance_id}', '{token}', 0)"))
+                        answers.append(as_fleet(
                             "SELECT outcome FROM cosid.lease_claim('cosid', 1, "
-                            f"'{instance_id}', false, 4000, 'impostor', 0)", FLEET_PASSWORD))
+                            f"'{instance_id}', false, 4000, 'impostor', 0)"))
             threading.Thread(target=loop, daemon=True).start()
 
         self.run_with_load("stolen store credential", attack, stop.set, 3.0)
@@ -294,7 +304,8 @@ class Faults(unittest.TestCase):
         def fault():
             for proxy in self.proxies:
                 proxy.set_mode("blackhole")
-            restored = restore_store_copy(self.store, "faults-store-restored", 25350)
+            restored = self.restored = restore_store_copy(self.store, "faults-store-restored",
+                                                          25350)
             self.addCleanup(restored.stop, mode="immediate", check=False)
             self.store.stop(mode="immediate")
             for proxy in self.proxies:
@@ -306,6 +317,15 @@ class Faults(unittest.TestCase):
                 proxy.set_mode("pass")
 
         self.run_with_load("store restored from a dump", fault, heal, 0.5)
+        # The copy keeps the guards and the least privilege of the original.
+        restored = self.restored
+        with self.assertRaises(SqlError) as refused:
+            restored.query("DELETE FROM cosid.machine_lease")
+        self.assertEqual(refused.exception.sqlstate, "42501")
+        with self.assertRaises(SqlError) as refused:
+            query_as(restored, FLEET_ROLE, "SELECT claim_token FROM cosid.machine_lease",
+                     FLEET_PASSWORD)
+        self.assertEqual(refused.exception.sqlstate, "42501")
 
     def test_store_restarted(self):
         self.run_with_load("store restarted", lambda: self.store.stop(mode="immediate"),

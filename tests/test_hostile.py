@@ -12,6 +12,7 @@ import unittest
 from clients import LoopingClients, duplicates, sessions_not_increasing
 from fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
                    start_store)
+from fleet import LEASE_SQL
 from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port, parse_error
 from test_lease import FAST_LEASES, lease_cluster, status, try_next, wait_for, wait_up
 
@@ -30,6 +31,18 @@ def query_as(cluster, role, sql, password=None, db="postgres"):
     if result.returncode != 0:
         raise parse_error(result.stderr)
     return result.stdout.strip()
+
+
+def answer_claims_with(store, row):
+    """Makes the store's claim answer `row`, whatever it is asked."""
+    store.query(f"""
+        CREATE OR REPLACE FUNCTION cosid.lease_claim(p_namespace text, p_machine_bits integer,
+            p_instance_id text, p_stable boolean, p_safe_guard_ms bigint, p_claim_token text,
+            p_watermark_ms bigint, p_layout text DEFAULT '')
+        RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+                       expires_at_ms bigint, store_now_ms bigint)
+        LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+        AS $$ SELECT {row} $$""")
 
 
 class Hostile(unittest.TestCase):
@@ -369,14 +382,16 @@ class Hostile(unittest.TestCase):
     # -- medium: a machine id whose watermark is far ahead ---------------------------------------
 
     def test_a_poisoned_machine_id_does_not_block_free_ones(self):
+        # A server whose clock ran half an hour ahead gave machine id 0 back. (The store refuses
+        # watermarks further ahead of its own clock than the safe guard and an hour.)
         cluster = self.track(lease_cluster("hostile-poison", 25475))
         cluster.query("""
             BEGIN;
             CREATE EXTENSION cosid;
             SELECT cosid.lease_claim('cosid', 10, 'future', false, 4000, 'tf',
-                (extract(epoch FROM now() + interval '76 years') * 1000)::bigint);
+                (extract(epoch FROM now()) * 1000)::bigint + 4000);
             SELECT cosid.lease_release('cosid', 0, 'future', 'tf',
-                (extract(epoch FROM now() + interval '76 years') * 1000)::bigint);
+                (extract(epoch FROM now() + interval '30 minutes') * 1000)::bigint);
             COMMIT""")
         up = wait_up(cluster, timeout=10)
         self.assertEqual(up["machine_id"], "1")
@@ -388,27 +403,13 @@ class Hostile(unittest.TestCase):
     def test_a_malformed_store_answer_is_an_error_not_an_id(self):
         store = self.track(start_store("hostile-answer-store", 25480))
         # The store's claim answers a machine id beyond 10 bits, then one with no watermark.
-        store.query("""
-            CREATE OR REPLACE FUNCTION cosid.lease_claim(p_namespace text,
-                p_machine_bits integer, p_instance_id text, p_stable boolean,
-                p_safe_guard_ms bigint, p_claim_token text, p_watermark_ms bigint)
-            RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
-                           expires_at_ms bigint, store_now_ms bigint)
-            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-            AS $$ SELECT 'new', 5000, 0::bigint, 0::bigint, 0::bigint $$""")
+        answer_claims_with(store, "'new', 5000, 0::bigint, 0::bigint, 0::bigint")
         server = self.fleet_server("hostile-answer", 25483, store)
         wait_for(lambda: "machine id 5000, outside 0 to 1023" in (status(server)["last_error"]
                                                                   or ""), 10, "the refusal")
         self.assertEqual(status(server)["state"], "CLAIMING")
         self.assertEqual(try_next(server)[1], "55000")
-        store.query("""
-            CREATE OR REPLACE FUNCTION cosid.lease_claim(p_namespace text,
-                p_machine_bits integer, p_instance_id text, p_stable boolean,
-                p_safe_guard_ms bigint, p_claim_token text, p_watermark_ms bigint)
-            RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
-                           expires_at_ms bigint, store_now_ms bigint)
-            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-            AS $$ SELECT 'released', 3, NULL::bigint, 0::bigint, 0::bigint $$""")
+        answer_claims_with(store, "'released', 3, NULL::bigint, 0::bigint, 0::bigint")
         wait_for(lambda: "no previous watermark" in (status(server)["last_error"] or ""), 10,
                  "the refusal of a NULL watermark")
         self.assertEqual(try_next(server)[1], "55000")
@@ -469,3 +470,91 @@ class Hostile(unittest.TestCase):
             server.stop(mode="fast")
             took = time.monotonic() - began
             self.assertLess(took, 5.0, f"{server.name} took {took:.1f} s to stop")
+
+    # -- the review's findings: the protocol under a holder's credential ------------------------
+
+    def test_a_schema_created_by_another_role_is_refused_at_install(self):
+        store = self.track(Cluster("hostile-schema", free_port(25500), preload=False).init())
+        store.start()
+        store.query("CREATE ROLE squatter LOGIN; GRANT CREATE ON DATABASE postgres TO squatter")
+        query_as(store, "squatter", "CREATE SCHEMA cosid")
+        result = subprocess.run(store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "-f",
+                                                   str(LEASE_SQL)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("schema cosid exists and belongs to another role", result.stderr)
+        self.assertEqual(store.query("SELECT to_regclass('cosid.machine_lease') IS NULL"), "t")
+        # A role of the protocol's name that can log in is refused too.
+        store.query("DROP SCHEMA cosid; CREATE ROLE cosid_lease_owner LOGIN")
+        result = subprocess.run(store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "-f",
+                                                   str(LEASE_SQL)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertIn("must be NOLOGIN", result.stderr)
+
+    def test_a_namespace_refuses_a_second_layout(self):
+        store = self.track(start_store("hostile-layout-store", 25505))
+        first = self.fleet_server("hostile-layout-ms", 25508, store)
+        wait_up(first)
+        # Same machine bits, another time unit: ids of the two could coincide.
+        second = self.fleet_server("hostile-layout-s", 25511, store,
+                                   {"cosid.time_unit": "second", "cosid.timestamp_bits": 31,
+                                    "cosid.sequence_bits": 22})
+        refused = wait_for(lambda: "another id layout" in (status(second)["last_error"] or "")
+                           and status(second), 10, "the refusal")
+        self.assertEqual(refused["state"], "CLAIMING")
+        self.assertEqual(try_next(second)[1], "55000")
+        self.assertIsNotNone(try_next(first)[0])
+
+    def claim(self, cluster, instance, token, watermark="0", safe_guard=4000, bits=10,
+              stable="false"):
+        return cluster.query(
+            "SELECT outcome || ' ' || coalesce(machine_id::text, '-') || ' ' || "
+            "coalesce(previous_watermark_ms::text, '-') FROM cosid.lease_claim('ns', "
+            f"{bits}, '{instance}', {stable}, {safe_guard}, '{token}', {watermark})")
+
+    def test_claims_under_a_holders_credential(self):
+        store = self.track(start_store("hostile-claims-store", 25515))
+        now_ms = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+        # A claim retried with its token (its answer was lost) waits for what the claim found,
+        # not for the bound it wrote itself.
+        self.assertEqual(self.claim(store, "a", "ta", f"{now_ms} + 4000"), "new 0 0")
+        self.assertEqual(self.claim(store, "a", "ta", f"{now_ms} + 4000"), "own 0 0")
+        # Given back with a watermark far ahead, its own machine id comes after a free one.
+        store.query("SELECT cosid.lease_release('ns', 0, 'a', 'ta', "
+                    f"{now_ms} + 1800000)")
+        self.assertEqual(self.claim(store, "a", "ta2", f"{now_ms} + 4000").split()[:2],
+                         ["new", "1"])
+        # Arguments that would lock machine ids or instances up for good are refused.
+        for arguments in ("3000000000000, 'x', 0", f"4000, 'x', {now_ms} + 90000000",
+                          "0, 'x', 0", "4000, '', 0"):
+            with self.subTest(arguments=arguments):
+                self.assert_refused("22023", store.query,
+                                    "SELECT cosid.lease_claim('ns', 10, 'z', true, "
+                                    f"{arguments})")
+        self.assertEqual(store.query(
+            f"SELECT count(*) FROM cosid.lease_renew('ns', 1, 'a', 'ta2', 4000, "
+            f"{now_ms} + 90000000)"), "0")
+        # Nobody lowers what the next holder waits for, superusers included.
+        for column in ("watermark_ms = 0", "claim_floor_ms = -1", "released_ms = -5"):
+            with self.subTest(column=column):
+                self.assert_refused("42501", store.query,
+                                    f"UPDATE cosid.machine_lease SET {column} "
+                                    "WHERE machine_id = 0")
+
+    def test_a_holder_keeping_the_namespace_lock_does_not_stall_released_ids(self):
+        store = self.track(start_store("hostile-nslock-store", 25520))
+        server = self.fleet_server("hostile-nslock", 25523, store, ONE_BIT)
+        machine_id = wait_up(server)["machine_id"]
+        server.stop()  # releases its machine id
+        holder = subprocess.Popen(
+            [str(PG_BIN / "psql"), "-X", "-q", "-At", "-h", "127.0.0.1", "-p", str(store.port),
+             "-U", FLEET_ROLE, "-d", "postgres"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PGPASSWORD=FLEET_PASSWORD))
+        self.addCleanup(holder.kill)
+        # A claim left open in a transaction keeps the namespace's row locked.
+        holder.stdin.write("BEGIN; SELECT outcome FROM cosid.lease_claim('cosid', 1, 'hog', "
+                           "false, 4000, 'hog', 0);\n")
+        holder.stdin.flush()
+        self.assertEqual(holder.stdout.readline().strip(), "new")
+        server.start()
+        self.assertEqual(wait_up(server, timeout=10)["machine_id"], machine_id)

@@ -16,6 +16,8 @@ use std::fmt;
 pub struct Holder {
     pub namespace: String,
     pub machine_bits: u32,
+    /// The whole id layout, as the store compares it between the servers of a namespace.
+    pub layout: String,
     pub instance_id: String,
     pub stable: bool,
 }
@@ -59,12 +61,12 @@ pub struct Call {
 
 /// Whether the store has the protocol installed (no privilege on it needed to ask).
 pub const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
-    'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)'::pg_catalog.text) \
+    'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text) \
     IS NOT NULL";
 pub const READINESS_COLUMNS: &[Kind] = &[Kind::Bool];
 
 const CLAIM_SQL: &str = "SELECT outcome, machine_id, previous_watermark_ms, expires_at_ms, \
-    store_now_ms FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7)";
+    store_now_ms FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7, $8)";
 const CLAIM_COLUMNS: &[Kind] = &[
     Kind::Text,
     Kind::Int,
@@ -94,6 +96,7 @@ pub fn claim(holder: &Holder, safe_guard_ms: u64, token: u64, watermark_ms: i64)
             Param::BigInt(safe_guard_ms.min(i64::MAX as u64) as i64),
             Param::Text(token_text(token)),
             Param::BigInt(watermark_ms),
+            Param::Text(holder.layout.clone()),
         ],
         columns: CLAIM_COLUMNS,
     }
@@ -151,8 +154,8 @@ pub enum ClaimOutcome {
     Exhausted,
     /// Other claims kept changing the rows this one chose; try again.
     Contended,
-    /// A live lease of the namespace uses other machine bits.
-    MachineBitsMismatch,
+    /// A live lease of the namespace uses another layout (machine bits, or the rest).
+    LayoutMismatch,
 }
 
 /// Which kind of lease a claim took.
@@ -267,7 +270,7 @@ pub fn decode_claim(
     let how = match text(&row[0], "claim outcome")? {
         "exhausted" => return Ok(ClaimOutcome::Exhausted),
         "contended" => return Ok(ClaimOutcome::Contended),
-        "machine_bits" => return Ok(ClaimOutcome::MachineBitsMismatch),
+        "layout" => return Ok(ClaimOutcome::LayoutMismatch),
         "busy" => {
             return Ok(ClaimOutcome::Busy {
                 machine_id: machine_id(&row[1], machine_bits)?,
@@ -324,6 +327,7 @@ mod tests {
         Holder {
             namespace: "orders".into(),
             machine_bits: 3,
+            layout: "1577203200000 millisecond 41/3/12".into(),
             instance_id: "db1:5432:7".into(),
             stable: false,
         }
@@ -342,7 +346,7 @@ mod tests {
     #[test]
     fn calls_carry_their_parameters_in_order_and_no_operator() {
         let call = claim(&holder(), 4_000, 0xab, 9_000);
-        assert_eq!(call.params.len(), 7);
+        assert_eq!(call.params.len(), 8);
         assert_eq!(call.params[5], Param::Text("00000000000000ab".into()));
         assert_eq!(call.params[6], Param::BigInt(9_000));
         assert_eq!(renew(&holder(), 5, 1, 4_000, 9_000).params.len(), 6);
@@ -352,7 +356,7 @@ mod tests {
                 assert!(!sql.contains(operator), "{sql} has {operator}");
             }
         }
-        for (sql, count) in [(CLAIM_SQL, 7), (RENEW_SQL, 6), (RELEASE_SQL, 5)] {
+        for (sql, count) in [(CLAIM_SQL, 8), (RENEW_SQL, 6), (RELEASE_SQL, 5)] {
             assert!(sql.contains(&format!("${count})")), "{sql}");
         }
     }
@@ -392,7 +396,7 @@ mod tests {
         for (text, outcome) in [
             ("exhausted", ClaimOutcome::Exhausted),
             ("contended", ClaimOutcome::Contended),
-            ("machine_bits", ClaimOutcome::MachineBitsMismatch),
+            ("layout", ClaimOutcome::LayoutMismatch),
         ] {
             let rows = vec![vec![
                 Value::Text(text.into()),
