@@ -118,7 +118,7 @@ SELECT namespace, distributor, instance_id, state, machine_id, expires_at, last_
 SELECT count(*) FROM cosid.leases;
 CREATE ROLE cosid_app LOGIN;
 SELECT has_table_privilege('cosid_app', 'cosid.machine_lease', 'UPDATE') AS app_may_update,
-       has_function_privilege('cosid_app', 'cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint)', 'EXECUTE') AS app_may_claim,
+       has_function_privilege('cosid_app', 'cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text)', 'EXECUTE') AS app_may_claim,
        has_function_privilege('cosid_app', 'cosid_next()', 'EXECUTE') AS app_may_generate;
 DROP ROLE cosid_app;
 
