@@ -55,8 +55,6 @@ CREATE TABLE cosid.machine_lease (
     namespace      text        NOT NULL,
     machine_id     integer     NOT NULL CHECK (machine_id >= 0),
     machine_bits   integer     NOT NULL CHECK (machine_bits >= 0 AND machine_bits <= 31),
-    -- The holder's whole id layout (epoch, time unit, bits); '' when a caller did not say.
-    layout         text        NOT NULL DEFAULT '',
     instance_id    text        NOT NULL,
     claim_token    text        NOT NULL,
     stable         boolean     NOT NULL,
@@ -72,6 +70,8 @@ CREATE TABLE cosid.machine_lease (
     -- Set by a release: the exact last timestamp the holder issued (never below claim_floor_ms),
     -- which the next claim waits for instead of the bound; cleared by every claim.
     released_ms    bigint,
+    -- The holder's whole id layout (epoch, time unit, bits); '' when a caller did not say.
+    layout         text        NOT NULL DEFAULT '',
     PRIMARY KEY (namespace, machine_id)
 );
 
@@ -165,7 +165,7 @@ CREATE FUNCTION cosid.lease_claim(
     p_safe_guard_ms bigint,
     p_claim_token   text,
     p_watermark_ms  bigint,
-    p_layout        text DEFAULT '')
+    p_layout        text)
 RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
                expires_at_ms bigint, store_now_ms bigint)
 LANGUAGE plpgsql
@@ -320,8 +320,33 @@ BEGIN
 END
 $$;
 
+-- The claim as servers of cosid 0.1.0 call it (no layout, times as timestamptz), so that a store
+-- can be updated while they still run: the same claim, with the layout not compared.
+CREATE FUNCTION cosid.lease_claim(
+    p_namespace     text,
+    p_machine_bits  integer,
+    p_instance_id   text,
+    p_stable        boolean,
+    p_safe_guard_ms bigint,
+    p_claim_token   text,
+    p_watermark_ms  bigint)
+RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+               expires_at timestamptz, store_now timestamptz,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.outcome, c.machine_id, c.previous_watermark_ms,
+           to_timestamp(c.expires_at_ms / 1000.0), to_timestamp(c.store_now_ms / 1000.0),
+           c.expires_at_ms, c.store_now_ms
+      FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,
+                             p_safe_guard_ms, p_claim_token, p_watermark_ms, ''::text) c
+$$;
+
 -- Renews a lease held by this instance and claim token, and raises its watermark. No row means
--- the lease is lost: somebody else holds the machine id now. Times are Unix milliseconds.
+-- the lease is lost: somebody else holds the machine id now. Times come as timestamptz (for
+-- servers of cosid 0.1.0) and as Unix milliseconds.
 CREATE FUNCTION cosid.lease_renew(
     p_namespace     text,
     p_machine_id    integer,
@@ -329,7 +354,8 @@ CREATE FUNCTION cosid.lease_renew(
     p_claim_token   text,
     p_safe_guard_ms bigint,
     p_watermark_ms  bigint)
-RETURNS TABLE (expires_at_ms bigint, store_now_ms bigint)
+RETURNS TABLE (expires_at timestamptz, store_now timestamptz,
+               expires_at_ms bigint, store_now_ms bigint)
 LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -343,7 +369,8 @@ AS $$
        AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
        AND l.state = 'claimed' AND p_safe_guard_ms <= 86400000
        AND p_watermark_ms <= cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000
-    RETURNING cosid.unix_ms(l.expires_at), cosid.unix_ms(l.renewed_at)
+    RETURNING l.expires_at, l.renewed_at, cosid.unix_ms(l.expires_at),
+              cosid.unix_ms(l.renewed_at)
 $$;
 
 -- Releases a lease at shutdown with the exact last timestamp the holder issued, which the next
@@ -459,6 +486,7 @@ ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lea
 ALTER FUNCTION cosid.unix_ms(timestamptz) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_guard() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_release(text, integer, text, text, bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_retire(text, integer) OWNER TO cosid_lease_owner;
@@ -469,10 +497,12 @@ REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.leases FRO
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
     cosid.machine_lease_guard(),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint),
     cosid.lease_retire(text, integer), cosid.lease_rows() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint) TO cosid_lease_holder;

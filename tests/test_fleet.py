@@ -9,8 +9,9 @@ import time
 import unittest
 
 from clients import concurrent_sessions, copy_ids, duplicates, run_session
-from fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, fleet_server, start_store
+from fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, FLEET_ROLE, fleet_server, start_store
 from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres, free_port
+from test_hostile import query_as
 from test_lease import (DEADLINE_S, FAST_LEASES, machine_of, status, try_next, wait_for,
                         wait_up)
 
@@ -67,6 +68,36 @@ class Fleet(unittest.TestCase):
                 "SELECT datname FROM pg_stat_activity "
                 "WHERE backend_type = 'cosid lease worker'"), "postgres")
         print(f"\n  3 servers, {sum(len(s.ids) for s in sessions)} ids, 0 duplicates", end=" ")
+
+    def test_servers_of_the_previous_version_keep_working_with_this_store(self):
+        # The exact statements a cosid 0.1.0 server sends, as the store role: a store updated
+        # while such servers still run keeps their leases working beside the new servers'.
+        store = self.store()
+        server = self.server("fleet-mixed", store)
+        held = wait_up(server)["machine_id"]
+        now_ms = int(time.time() * 1000)
+
+        def as_old_server(sql):
+            return query_as(store, FLEET_ROLE, sql, FLEET_PASSWORD)
+
+        outcome, machine_id, previous, expires_ms, _ = as_old_server(
+            "SELECT outcome, machine_id, previous_watermark_ms, "
+            "(extract(epoch FROM expires_at) * 1000)::bigint, "
+            "(extract(epoch FROM store_now) * 1000)::bigint "
+            "FROM cosid.lease_claim('cosid', 10, 'old-server', false, 4000, 'old-token', "
+            f"{now_ms + 4000})").split("|")
+        self.assertEqual((outcome, previous), ("new", "0"))
+        self.assertNotEqual(machine_id, held)
+        self.assertGreater(int(expires_ms), now_ms)
+        renewed = as_old_server(
+            "SELECT (extract(epoch FROM expires_at) * 1000)::bigint, "
+            "(extract(epoch FROM store_now) * 1000)::bigint FROM cosid.lease_renew("
+            f"'cosid', {machine_id}, 'old-server', 'old-token', 4000, {now_ms + 5000})")
+        self.assertEqual(len(renewed.split("|")), 2)
+        self.assertEqual(as_old_server(
+            f"SELECT cosid.lease_release('cosid', {machine_id}, 'old-server', 'old-token', "
+            f"{now_ms + 10})"), "t")
+        self.assertEqual(wait_up(server)["machine_id"], held)
 
     def test_store_down_stops_generation_by_the_deadline_then_resumes(self):
         store = self.store()

@@ -38,7 +38,7 @@ def answer_claims_with(store, row):
     store.query(f"""
         CREATE OR REPLACE FUNCTION cosid.lease_claim(p_namespace text, p_machine_bits integer,
             p_instance_id text, p_stable boolean, p_safe_guard_ms bigint, p_claim_token text,
-            p_watermark_ms bigint, p_layout text DEFAULT '')
+            p_watermark_ms bigint, p_layout text)
         RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
                        expires_at_ms bigint, store_now_ms bigint)
         LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
