@@ -153,8 +153,8 @@ CREATE TRIGGER machine_lease_no_truncate BEFORE TRUNCATE ON cosid.machine_lease
 -- 'own', 'released', 'new' or 'expired' with the machine id and the watermark the claimer must
 -- wait for; 'busy' when this instance's own lease is still live under another claim (after a
 -- crash, or because another process uses the same instance id): it may be taken only once it
--- has expired, at expires_at_ms; 'exhausted', 'machine_bits' (a live lease of the namespace
--- uses other machine bits), or 'contended' (other writers kept changing the chosen rows: try
+-- has expired, at expires_at_ms; 'exhausted', 'layout' (a live lease of the namespace uses
+-- another id layout: machine bits, or epoch, time unit and widths), or 'contended' (other writers kept changing the chosen rows: try
 -- again). Times are Unix milliseconds. Call it in a READ COMMITTED transaction, so that it sees
 -- what the claims it waited for committed.
 CREATE FUNCTION cosid.lease_claim(

@@ -511,7 +511,8 @@ impl Worker {
         self.publish_limits(sent_ms, watermark_ms);
         // Backends enforce the watermark too, on their own clock reads: nothing is issued at or
         // before it, and a clock still behind it counts as a step back.
-        // Cannot be refused: the machine id was checked against the layout after the claim.
+        // Cannot be refused: the protocol's decoder checked the machine id against the machine
+        // bits; were it refused, the generator would stay closed, which refuses ids.
         let opened = self.generator().open(&self.layout, machine_id, floor_ticks);
         debug_assert!(opened.is_ok());
         lease.set_problem(LeaseProblem::None);

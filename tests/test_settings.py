@@ -9,6 +9,7 @@ import time
 import unittest
 
 from pgcluster import Cluster, SqlError, free_port
+from test_lease import wait_for
 
 LAYOUT_RANGE = "Ids of this layout cover"
 SECRET = "Xq7-store-pw-Zr4"
@@ -20,13 +21,8 @@ def conf_string(value):
 
 
 def wait_until(predicate, what, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """`test_lease.wait_for`, with the description first."""
+    return wait_for(predicate, timeout, what)
 
 
 class Settings(unittest.TestCase):
