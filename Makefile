@@ -3,6 +3,10 @@ PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 COSID_PORT ?= 5499
 export PG_CONFIG COSID_PORT
 
+# The install scripts of released versions, kept so that CREATE EXTENSION cosid VERSION '0.1.0'
+# and its update path work (cargo pgrx install copies only the update scripts).
+OLD_INSTALL_SCRIPTS = $(foreach f,$(wildcard sql/cosid--*.sql),$(if $(findstring --,$(f:sql/cosid--%=%)),,$(f)))
+
 .PHONY: setup install run stop test unit-test lint integration-test test-faults bench
 
 setup:
@@ -11,6 +15,7 @@ setup:
 # Builds the extension and installs it into PostgreSQL 15 (needs root, or sudo for the copy).
 install: setup
 	cargo pgrx install --release --pg-config $(PG_CONFIG) $(if $(filter 0,$(shell id -u)),,--sudo)
+	$(if $(filter 0,$(shell id -u)),,sudo) install -m 644 $(OLD_INSTALL_SCRIPTS) "$$($(PG_CONFIG) --sharedir)/extension/"
 
 # A local cluster with cosid preloaded, a demo, and the psql line to connect.
 run: install
@@ -30,7 +35,7 @@ lint:
 	cargo clippy --release --all-targets -- -D warnings
 
 integration-test: install
-	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load
+	cd tests && python3 -m unittest -v test_sql_surface test_upgrade test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load
 
 # The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
 test-faults: install

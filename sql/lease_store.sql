@@ -1,5 +1,9 @@
--- cosid's lease store: the table of machine-id leases and the protocol that claims, renews and
--- releases them. Every holder calls these functions, so the rules live here once.
+-- cosid's lease store, version 0.2.0: the table of machine-id leases and the protocol that
+-- claims, renews and releases them. Every holder calls these functions, so the rules live here
+-- once. CREATE EXTENSION cosid installs it; for a shared store of a fleet, run it with
+--   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store.sql
+-- A store installed already is left alone: update it with lease_store--<from>--<to>.sql, one
+-- version at a time (cosid.lease_store_version() says which version it is).
 --
 -- All times come from this database's clock (clock_timestamp()). A claimer decides expiry from
 -- the row (expires_at = the holder's renewal time + the holder's own safe guard), never from its
@@ -20,7 +24,32 @@
 -- extension); they must then still be what this file makes them. A schema cosid that somebody
 -- else created first would let its owner replace the table and the functions: refused.
 DO $roles$
+DECLARE
+    v_found text;
 BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                WHERE n.nspname = 'cosid'
+                  AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
+                                      WHERE r.rolname = current_user)) THEN
+        RAISE EXCEPTION 'schema cosid exists and belongs to another role'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
+                  HINT = 'Install into a database without a schema cosid, or as the role that owns it.';
+    END IF;
+    -- Installed already: nothing here may run over it. The session is made read-only, so that
+    -- the statements after this one fail too when psql goes on after an error.
+    IF pg_catalog.to_regclass('cosid.machine_lease') IS NOT NULL THEN
+        IF pg_catalog.to_regprocedure('cosid.lease_store_version()') IS NULL THEN
+            v_found := '0.1.0';
+        ELSE
+            EXECUTE 'SELECT cosid.lease_store_version()' INTO v_found;
+        END IF;
+        PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+        RAISE WARNING 'a cosid lease store (version %) is installed in this database already; nothing was changed', v_found
+            USING DETAIL = 'This file installs version 0.2.0 into a database that has none. The rest of this session is read-only.',
+                  HINT = format('To update the store, run lease_store--%s--<next>.sql with psql -v ON_ERROR_STOP=1 --single-transaction, one version at a time.', v_found);
+        RETURN;
+    END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_owner') THEN
         CREATE ROLE cosid_lease_owner NOLOGIN;
     END IF;
@@ -35,15 +64,6 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'cosid_lease_owner owns the lease table and the protocol: whoever can act as it can change every lease.',
                   HINT = 'Drop or fix the roles of that name, then install again.';
-    END IF;
-    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
-                WHERE n.nspname = 'cosid'
-                  AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
-                                      WHERE r.rolname = current_user)) THEN
-        RAISE EXCEPTION 'schema cosid exists and belongs to another role'
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
-                  HINT = 'Install into a database without a schema cosid, or as the role that owns it.';
     END IF;
 END
 $roles$;
@@ -478,6 +498,13 @@ $$;
 
 CREATE VIEW cosid.leases AS SELECT * FROM cosid.lease_rows();
 
+-- Which version of this file the store is: the update scripts check it.
+CREATE FUNCTION cosid.lease_store_version()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT '0.2.0'::text $$;
+
 -- Everything belongs to the NOLOGIN owner; holders (members of cosid_lease_holder) may only
 -- call the protocol; the view and cosid.lease_retire() are for superusers.
 ALTER TABLE cosid.machine_lease OWNER TO cosid_lease_owner;
@@ -492,6 +519,7 @@ ALTER FUNCTION cosid.lease_release(text, integer, text, text, bigint) OWNER TO c
 ALTER FUNCTION cosid.lease_retire(text, integer) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_rows() OWNER TO cosid_lease_owner;
 ALTER VIEW cosid.leases OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_store_version() OWNER TO cosid_lease_owner;
 
 REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.leases FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),

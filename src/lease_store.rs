@@ -11,7 +11,9 @@ use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 use pgrx::PgTryBuilder;
 
-use crate::protocol::{self, Call, ClaimOutcome, Holder, Kind, Param, Renewed, Value};
+use crate::protocol::{
+    self, Call, ClaimOutcome, Holder, Kind, Param, Renewed, StoreProtocol, Value,
+};
 use std::time::Duration;
 
 /// Whether the store can be used yet.
@@ -22,6 +24,8 @@ pub enum Readiness {
     ReadOnly,
     /// `CREATE EXTENSION cosid` has not run in the database yet.
     NoExtension,
+    /// The store has an older version's protocol: its update script has not run yet.
+    Outdated,
 }
 
 // PostgreSQL arms statement_timeout only for statements a client sends, never for SPI calls in a
@@ -123,7 +127,24 @@ pub trait LeaseStore {
     fn is_remote(&self) -> bool;
     /// The longest any one call may take.
     fn set_timeout(&mut self, timeout: Duration);
-    fn readiness(&mut self) -> Result<Readiness, String>;
+    fn readiness(&mut self) -> Result<Readiness, String> {
+        self.installed_protocol()
+    }
+
+    /// Which version's protocol the store has.
+    fn installed_protocol(&mut self) -> Result<Readiness, String> {
+        let call = Call {
+            sql: protocol::READINESS_SQL,
+            params: Vec::new(),
+            columns: protocol::READINESS_COLUMNS,
+        };
+        Ok(match protocol::decode_readiness(&self.run(&call)?) {
+            Ok(StoreProtocol::Current) => Readiness::Ready,
+            Ok(StoreProtocol::Older) => Readiness::Outdated,
+            Ok(StoreProtocol::Absent) => Readiness::NoExtension,
+            Err(why) => return Err(why.to_string()),
+        })
+    }
     /// Runs one call; its rows, each value read as the call's column says.
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String>;
 
@@ -178,20 +199,7 @@ impl LeaseStore for LocalStore {
         if unsafe { pg_sys::RecoveryInProgress() } {
             return Ok(Readiness::ReadOnly);
         }
-        in_transaction(self.timeout, |client| {
-            let table = client
-                .select(
-                    "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'cosid'",
-                    None,
-                    &[],
-                )
-                .map_err(|e| e.to_string())?;
-            Ok(if table.is_empty() {
-                Readiness::NoExtension
-            } else {
-                Readiness::Ready
-            })
-        })
+        self.installed_protocol()
     }
 
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {

@@ -12,8 +12,8 @@
 //! own parse errors are not passed on, and every store error has the password masked.
 
 use crate::conninfo::{parse_conninfo, redact, split_passfile_line};
-use crate::lease_store::{LeaseStore, Readiness};
-use crate::protocol::{self, Call, Kind, Param, Value};
+use crate::lease_store::LeaseStore;
+use crate::protocol::{Call, Kind, Param, Value};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;
@@ -477,20 +477,6 @@ impl LeaseStore for RemoteStore {
 
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
-    }
-
-    fn readiness(&mut self) -> Result<Readiness, String> {
-        let call = Call {
-            sql: protocol::READINESS_SQL,
-            params: Vec::new(),
-            columns: protocol::READINESS_COLUMNS,
-        };
-        let rows = self.run(&call)?;
-        Ok(match protocol::decode_readiness(&rows) {
-            Ok(true) => Readiness::Ready,
-            Ok(false) => Readiness::NoExtension,
-            Err(why) => return Err(why.to_string()),
-        })
     }
 
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {

@@ -108,9 +108,12 @@ mod cosid {
     use super::*;
 
     /// One row per generator: its configuration and state. Read through the view `cosid.status`.
-    #[pg_extern(volatile, parallel_safe)]
+    ///
+    /// Its C symbol is new in 0.2.0 (`generator_status_v2_wrapper`), so that the SQL of 0.2.0
+    /// cannot be bound to the function of an older library still loaded in a running server.
+    #[pg_extern(name = "generator_status", volatile, parallel_safe)]
     #[allow(clippy::type_complexity)]
-    fn generator_status() -> TableIterator<
+    fn generator_status_v2() -> TableIterator<
         'static,
         (
             name!(namespace, String),
@@ -139,60 +142,130 @@ mod cosid {
             name!(clock_backwards_broken_threshold, Interval),
         ),
     > {
-        let slots = shmem::slots().or_raise();
-        let rows: Vec<_> = slots
-            .iter()
-            .filter(|slot| slot.in_use())
-            .map(|slot| {
-                let layout = slot.config.layout;
-                let stats = slot.state.stats();
-                let open = slot.state.is_open();
-                let last = layout.decompose(slot.state.last_word()).filter(|_| open);
-                let lease = &slot.lease;
-                let machine_id = last
-                    .map(|parts| parts.machine_id)
-                    .or_else(|| lease.held().map(|(machine_id, _)| machine_id))
-                    .map(|machine_id| machine_id as i32);
-                let last_timestamp =
-                    last.and_then(|parts| timestamptz(layout.ticks_to_unix_ms(parts.ticks)).ok());
-                let leased = slot.distributor() == crate::distributor::DistributorKind::Lease;
-                // The timings in force: those the worker kept after checking every reload.
-                let timing = lease.timing_ms().filter(|_| leased);
-                let thresholds = shmem::backwards_policy();
-                let last_error = match no_machine_id() {
-                    Some(why) => Some(why.detail()),
-                    None => Some(lease.last_error.load()).filter(|text| !text.is_empty()),
-                };
-                (
-                    slot.namespace().to_string(),
-                    slot.distributor().name().to_string(),
-                    leased.then(|| slot.instance_id().to_string()),
-                    lease.state().name().to_string(),
-                    machine_id,
-                    known_time(lease.expires_at_ms()),
-                    known_time(lease.last_renewed_at_ms()),
-                    last_error,
-                    known_time(lease.watermark_ms()),
-                    timestamptz(layout.epoch_ms()).or_raise(),
-                    layout.time_unit().name().to_string(),
-                    layout.timestamp_bits() as i32,
-                    layout.machine_bits() as i32,
-                    layout.sequence_bits() as i32,
-                    i64::from(slot.config.sequence_reset_threshold),
-                    last_timestamp,
-                    stats.ids_issued as i64,
-                    stats.next_tick_waits as i64,
-                    stats.clock_backwards_waits as i64,
-                    stats.clock_backwards_errors as i64,
-                    timing.map(|(safe_guard_ms, _)| interval_ms(safe_guard_ms)),
-                    timing.map(|(_, delay_ms)| interval_ms(delay_ms)),
-                    interval_ms(thresholds.spin_threshold_ms),
-                    interval_ms(thresholds.broken_threshold_ms),
-                )
-            })
-            .collect();
-        TableIterator::new(rows)
+        TableIterator::new(status_rows())
     }
+
+    /// The same rows in the shape of cosid 0.1.0, for its SQL, which calls this symbol: a server
+    /// restarted onto this library serves `cosid.status` until `ALTER EXTENSION cosid UPDATE`.
+    #[pg_extern(sql = false, volatile, parallel_safe)]
+    #[allow(clippy::type_complexity)]
+    fn generator_status() -> TableIterator<
+        'static,
+        (
+            name!(namespace, String),
+            name!(distributor, String),
+            name!(instance_id, Option<String>),
+            name!(state, String),
+            name!(machine_id, Option<i32>),
+            name!(expires_at, Option<TimestampWithTimeZone>),
+            name!(last_renewed_at, Option<TimestampWithTimeZone>),
+            name!(last_error, Option<String>),
+            name!(watermark, Option<TimestampWithTimeZone>),
+            name!(epoch, TimestampWithTimeZone),
+            name!(time_unit, String),
+            name!(timestamp_bits, i32),
+            name!(machine_bits, i32),
+            name!(sequence_bits, i32),
+            name!(sequence_reset_threshold, i64),
+            name!(last_timestamp, Option<TimestampWithTimeZone>),
+            name!(ids_issued, i64),
+            name!(next_tick_waits, i64),
+            name!(clock_backwards_waits, i64),
+            name!(clock_backwards_errors, i64),
+        ),
+    > {
+        TableIterator::new(status_rows().into_iter().map(|row| {
+            (
+                row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10,
+                row.11, row.12, row.13, row.14, row.15, row.16, row.17, row.18, row.19,
+            )
+        }))
+    }
+}
+
+/// A row of `cosid.status`, in the order of its columns.
+type StatusRow = (
+    String,
+    String,
+    Option<String>,
+    String,
+    Option<i32>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    Option<String>,
+    Option<TimestampWithTimeZone>,
+    TimestampWithTimeZone,
+    String,
+    i32,
+    i32,
+    i32,
+    i64,
+    Option<TimestampWithTimeZone>,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<Interval>,
+    Option<Interval>,
+    Interval,
+    Interval,
+);
+
+/// One row per generator in use, with every column of `cosid.status`.
+fn status_rows() -> Vec<StatusRow> {
+    let slots = shmem::slots().or_raise();
+    let rows: Vec<_> = slots
+        .iter()
+        .filter(|slot| slot.in_use())
+        .map(|slot| {
+            let layout = slot.config.layout;
+            let stats = slot.state.stats();
+            let open = slot.state.is_open();
+            let last = layout.decompose(slot.state.last_word()).filter(|_| open);
+            let lease = &slot.lease;
+            let machine_id = last
+                .map(|parts| parts.machine_id)
+                .or_else(|| lease.held().map(|(machine_id, _)| machine_id))
+                .map(|machine_id| machine_id as i32);
+            let last_timestamp =
+                last.and_then(|parts| timestamptz(layout.ticks_to_unix_ms(parts.ticks)).ok());
+            let leased = slot.distributor() == crate::distributor::DistributorKind::Lease;
+            // The timings in force: those the worker kept after checking every reload.
+            let timing = lease.timing_ms().filter(|_| leased);
+            let thresholds = shmem::backwards_policy();
+            let last_error = match no_machine_id() {
+                Some(why) => Some(why.detail()),
+                None => Some(lease.last_error.load()).filter(|text| !text.is_empty()),
+            };
+            (
+                slot.namespace().to_string(),
+                slot.distributor().name().to_string(),
+                leased.then(|| slot.instance_id().to_string()),
+                lease.state().name().to_string(),
+                machine_id,
+                known_time(lease.expires_at_ms()),
+                known_time(lease.last_renewed_at_ms()),
+                last_error,
+                known_time(lease.watermark_ms()),
+                timestamptz(layout.epoch_ms()).or_raise(),
+                layout.time_unit().name().to_string(),
+                layout.timestamp_bits() as i32,
+                layout.machine_bits() as i32,
+                layout.sequence_bits() as i32,
+                i64::from(slot.config.sequence_reset_threshold),
+                last_timestamp,
+                stats.ids_issued as i64,
+                stats.next_tick_waits as i64,
+                stats.clock_backwards_waits as i64,
+                stats.clock_backwards_errors as i64,
+                timing.map(|(safe_guard_ms, _)| interval_ms(safe_guard_ms)),
+                timing.map(|(_, delay_ms)| interval_ms(delay_ms)),
+                interval_ms(thresholds.spin_threshold_ms),
+                interval_ms(thresholds.broken_threshold_ms),
+            )
+        })
+        .collect();
+    rows
 }
 
 extension_sql_file!("../sql/lease_store.sql", name = "lease_store");
@@ -213,7 +286,7 @@ CREATE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
 COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: configuration and state.';
 "#,
     name = "status_view",
-    requires = [cosid::generator_status]
+    requires = [cosid::generator_status_v2]
 );
 
 fn interval_ms(ms: u64) -> Interval {

@@ -381,6 +381,20 @@ impl Worker {
                 };
                 return self.set_problem(LeaseState::Stopped, LeaseProblem::NoExtension, fix);
             }
+            Ok(Readiness::Outdated) => {
+                let version = env!("CARGO_PKG_VERSION");
+                let fix = if self.store.is_remote() {
+                    format!(
+                        "waiting for the lease store in cosid.lease_store to be updated: it has an older version's protocol than this server's cosid {version}; run the store's update script (sql/lease_store--<old>--<new>.sql) there"
+                    )
+                } else {
+                    format!(
+                        "waiting for the extension's update: its SQL objects in database \"{}\" are older than this server's cosid {version}; run ALTER EXTENSION cosid UPDATE there",
+                        self.database
+                    )
+                };
+                return self.set_problem(LeaseState::Stopped, LeaseProblem::NoExtension, fix);
+            }
             Err(why) => {
                 return self.set_problem(
                     LeaseState::Claiming,

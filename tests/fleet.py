@@ -112,10 +112,10 @@ class Proxy:
         self.set_mode("reset")
 
 
-def start_store(name, port, settings=None, certificate_role=False):
-    """A plain PostgreSQL (cosid not preloaded) holding the lease protocol, with a role that
-    logs in with a password, and, when asked, a role that logs in with a client certificate
-    (TLS settings then come with `settings`)."""
+def start_store(name, port, settings=None, certificate_role=False, lease_sql=LEASE_SQL):
+    """A plain PostgreSQL (cosid not preloaded) holding the lease protocol (`lease_sql`: this
+    version's, or a released one), with a role that logs in with a password, and, when asked, a
+    role that logs in with a client certificate (TLS settings then come with `settings`)."""
     store = Cluster(name, free_port(port), dict(settings or {}), preload=False).init()
     hba = store.data / "pg_hba.conf"
     certificate_line = (f"hostssl all {CERTIFICATE_ROLE} 127.0.0.1/32 cert\n"
@@ -128,7 +128,7 @@ def start_store(name, port, settings=None, certificate_role=False):
     chown_to_postgres(store.data)
     store.start()
     subprocess.run(store.psql_command("postgres", "-q", "-v", "ON_ERROR_STOP=1", "-f",
-                                      str(LEASE_SQL)), check=True)
+                                      str(lease_sql)), check=True)
     store.query(f"CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}'")
     grant_lease_protocol(store, FLEET_ROLE)
     if certificate_role:

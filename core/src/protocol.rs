@@ -59,11 +59,25 @@ pub struct Call {
     pub columns: &'static [Kind],
 }
 
-/// Whether the store has the protocol installed (no privilege on it needed to ask).
+/// Which protocol the store has installed (no privilege on it needed to ask): this version's
+/// claim, and the claim of cosid 0.1.0, whose store this version's servers cannot use.
 pub const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text) \
+    IS NOT NULL, pg_catalog.to_regprocedure(\
+    'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)'::pg_catalog.text) \
     IS NOT NULL";
-pub const READINESS_COLUMNS: &[Kind] = &[Kind::Bool];
+pub const READINESS_COLUMNS: &[Kind] = &[Kind::Bool, Kind::Bool];
+
+/// What the store offers, as the readiness check finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreProtocol {
+    /// This version's protocol.
+    Current,
+    /// Only an older version's protocol: the store needs its update script.
+    Older,
+    /// No protocol at all.
+    Absent,
+}
 
 const CLAIM_SQL: &str = "SELECT outcome, machine_id, previous_watermark_ms, expires_at_ms, \
     store_now_ms FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -313,10 +327,16 @@ pub fn decode_release(rows: &[Vec<Value>]) -> Result<bool, MalformedAnswer> {
     boolean(&row[0], "release result")
 }
 
-/// Whether the protocol is installed in the store.
-pub fn decode_readiness(rows: &[Vec<Value>]) -> Result<bool, MalformedAnswer> {
+/// Which protocol is installed in the store.
+pub fn decode_readiness(rows: &[Vec<Value>]) -> Result<StoreProtocol, MalformedAnswer> {
     let row = single_row("the protocol check", rows, READINESS_COLUMNS.len())?;
-    boolean(&row[0], "protocol check result")
+    let current = boolean(&row[0], "protocol check result")?;
+    let older = boolean(&row[1], "older protocol check result")?;
+    Ok(match (current, older) {
+        (true, _) => StoreProtocol::Current,
+        (false, true) => StoreProtocol::Older,
+        (false, false) => StoreProtocol::Absent,
+    })
 }
 
 #[cfg(test)]
@@ -459,6 +479,13 @@ mod tests {
         assert_eq!(decode_release(&[vec![Value::Bool(false)]]), Ok(false));
         assert!(decode_release(&[vec![Value::Null]]).is_err());
         assert!(decode_release(&[]).is_err());
-        assert_eq!(decode_readiness(&[vec![Value::Bool(true)]]), Ok(true));
+        let readiness =
+            |current, older| decode_readiness(&[vec![Value::Bool(current), Value::Bool(older)]]);
+        assert_eq!(readiness(true, true), Ok(StoreProtocol::Current));
+        assert_eq!(readiness(true, false), Ok(StoreProtocol::Current));
+        assert_eq!(readiness(false, true), Ok(StoreProtocol::Older));
+        assert_eq!(readiness(false, false), Ok(StoreProtocol::Absent));
+        assert!(decode_readiness(&[vec![Value::Bool(true)]]).is_err());
+        assert!(decode_readiness(&[vec![Value::Null, Value::Bool(true)]]).is_err());
     }
 }

@@ -1,0 +1,360 @@
+"""Upgrades from the previous release (0.1.0), against real servers:
+
+- the SQL of 0.1.0 updated with ALTER EXTENSION cosid UPDATE equals a fresh install of this
+  version, object by object (definitions, columns, constraints, triggers, owners, privileges,
+  comments, the extension's members and its dumped tables);
+- a server running the library of 0.1.0, generating under load and killed (-9), restarted onto
+  this library: refused with a clear error until ALTER EXTENSION cosid UPDATE, then generating
+  again into the same table's DEFAULT cosid_next(), with no duplicate and no id below what 0.1.0
+  issued;
+- a shared lease store of 0.1.0 updated while two servers of 0.1.0 hold leases and generate:
+  they keep renewing through the update, one is then restarted onto this library, and nothing
+  is issued twice;
+- the store's install and update scripts refuse to run over a store that has them already.
+
+The library of 0.1.0 is built from its commit (once; kept in target/old-versions) and loaded
+through dynamic_library_path, so that this version's files stay installed meanwhile."""
+
+import os
+import shutil
+import subprocess
+import time
+import unittest
+
+from clients import LoopingClients, run_session
+from fleet import FLEET_ROLE, LEASE_SQL, fleet_server, start_store
+from pgcluster import PG_CONFIG, ROOT, Cluster, SqlError, chown_to_postgres, free_port
+from test_lease import FAST_LEASES, machine_of, status, ts_ms_of, wait_for, wait_up
+
+PREVIOUS = "0.1.0"
+PREVIOUS_COMMIT = "833aec748fee26fdb45bc9fc0eb134f14a66a76c"
+CURRENT = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines()
+               if line.startswith("version = "))
+SQL = ROOT / "sql"
+PG_MAJOR = subprocess.check_output([PG_CONFIG, "--version"], text=True).split()[1].split(".")[0]
+
+# Everything cosid's SQL defines, one sorted line per fact, so that two databases compare
+# line by line. Privileges are exploded and sorted, so that their order cannot differ.
+CATALOG_SQL = r"""
+WITH ext AS (SELECT oid, extversion, extconfig, extcondition FROM pg_extension
+              WHERE extname = 'cosid'),
+     ns AS (SELECT oid FROM pg_namespace WHERE nspname = 'cosid'),
+     members AS (SELECT d.classid, d.objid FROM pg_depend d, ext
+                  WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid
+                    AND d.deptype = 'e'),
+     funcs AS (SELECT p.oid FROM pg_proc p
+                WHERE p.pronamespace IN (SELECT oid FROM ns)
+                   OR p.oid IN (SELECT objid FROM members WHERE classid = 'pg_proc'::regclass)),
+     rels AS (SELECT c.oid FROM pg_class c WHERE c.relnamespace IN (SELECT oid FROM ns))
+SELECT line FROM (
+  SELECT 'extension version ' || extversion AS line FROM ext
+  UNION ALL SELECT 'extension dumps ' || coalesce((SELECT string_agg(c::regclass::text, ',')
+                                                   FROM unnest(extconfig) c), '')
+                   || ' where ' || coalesce(array_to_string(extcondition, ','), '') FROM ext
+  UNION ALL SELECT 'member ' || pg_describe_object(classid, objid, 0) FROM members
+  UNION ALL SELECT 'schema owner ' || nspowner::regrole || ' comment '
+                   || coalesce(obj_description(oid, 'pg_namespace'), '')
+              FROM pg_namespace WHERE oid IN (SELECT oid FROM ns)
+  UNION ALL SELECT 'schema grant ' || a.grantee::regrole || ' ' || a.privilege_type
+              FROM pg_namespace n, aclexplode(n.nspacl) a WHERE n.oid IN (SELECT oid FROM ns)
+  UNION ALL SELECT 'function ' || p.oid::regprocedure || ' owner ' || p.proowner::regrole
+                   || ' comment ' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+                   || E'\n' || pg_get_functiondef(p.oid)
+              FROM pg_proc p WHERE p.oid IN (SELECT oid FROM funcs)
+  UNION ALL SELECT 'function grant ' || p.oid::regprocedure || ' '
+                   || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
+                   || ' ' || a.privilege_type
+              FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+             WHERE p.oid IN (SELECT oid FROM funcs)
+  UNION ALL SELECT 'relation ' || c.oid::regclass || ' kind ' || c.relkind::text || ' owner '
+                   || c.relowner::regrole || ' comment '
+                   || coalesce(obj_description(c.oid, 'pg_class'), '')
+                   || CASE WHEN c.relkind = 'v' THEN E'\n' || pg_get_viewdef(c.oid) ELSE '' END
+              FROM pg_class c WHERE c.oid IN (SELECT oid FROM rels)
+  UNION ALL SELECT 'relation grant ' || c.oid::regclass || ' '
+                   || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
+                   || ' ' || a.privilege_type
+              FROM pg_class c,
+                   aclexplode(coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's'
+                                                                ELSE 'r' END::"char",
+                                                           c.relowner))) a
+             WHERE c.oid IN (SELECT oid FROM rels)
+  UNION ALL SELECT 'column ' || a.attrelid::regclass || ' ' || a.attnum || ' ' || a.attname
+                   || ' ' || format_type(a.atttypid, a.atttypmod)
+                   || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+                   || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+                   || coalesce(' comment ' || col_description(a.attrelid, a.attnum), '')
+              FROM pg_attribute a
+              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+             WHERE a.attrelid IN (SELECT oid FROM rels) AND a.attnum > 0
+               AND NOT a.attisdropped
+  UNION ALL SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' '
+                   || pg_get_constraintdef(oid)
+              FROM pg_constraint WHERE conrelid IN (SELECT oid FROM rels)
+  UNION ALL SELECT 'index ' || pg_get_indexdef(indexrelid)
+              FROM pg_index WHERE indrelid IN (SELECT oid FROM rels)
+  UNION ALL SELECT 'trigger ' || pg_get_triggerdef(oid)
+              FROM pg_trigger WHERE tgrelid IN (SELECT oid FROM rels) AND NOT tgisinternal
+  UNION ALL SELECT 'type ' || t.oid::regtype || ' owner ' || t.typowner::regrole
+              FROM pg_type t WHERE t.typnamespace IN (SELECT oid FROM ns)
+) facts ORDER BY line
+"""
+
+
+def catalog(cluster, db):
+    return cluster.query(CATALOG_SQL, db).split("\n")
+
+
+def previous_library():
+    """The directory with cosid.so of 0.1.0, built for this PostgreSQL from its commit the first
+    time it is needed. None when the commit is not in this clone's history."""
+    base = ROOT / "target" / "old-versions" / f"{PREVIOUS}-pg{PG_MAJOR}"
+    library = base / "lib" / "cosid.so"
+    if library.exists():
+        return library.parent
+    if subprocess.run(["git", "-C", ROOT, "cat-file", "-e", f"{PREVIOUS_COMMIT}^{{commit}}"],
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        return None
+    source = base / "src"
+    shutil.rmtree(source, ignore_errors=True)
+    source.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", PREVIOUS_COMMIT],
+                             stdout=subprocess.PIPE, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", source], input=archive, check=True)
+    stage = base / "stage"
+    subprocess.run(["cargo", "pgrx", "package", "--pg-config", PG_CONFIG, "--out-dir", stage],
+                   cwd=source, check=True, env={**os.environ, "CARGO_TARGET_DIR": str(base / "target")})
+    built = next(stage.rglob("cosid.so"))
+    library.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(built, library)
+    os.chmod(library, 0o755)
+    # The postgres user must reach it.
+    for parent in [library.parent, *library.parent.parents]:
+        if parent == ROOT.parent:
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o055)
+    return library.parent
+
+
+def loaded_library(cluster):
+    """The path of the cosid.so the postmaster has mapped."""
+    pid = cluster.postmaster_pid()
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith("/cosid.so"):
+                return line.split()[-1]
+    return None
+
+
+def ids_of(sessions):
+    return [value for session in sessions for value in session.ids]
+
+
+class Upgrade(unittest.TestCase):
+    def setUp(self):
+        self.clusters = []
+
+    def tearDown(self):
+        for cluster in self.clusters:
+            cluster.stop(mode="immediate", check=False)
+
+    def track(self, cluster):
+        self.clusters.append(cluster)
+        return cluster
+
+    def on_previous_library(self, cluster):
+        """Points the cluster at the library of 0.1.0 (from its next start)."""
+        directory = previous_library()
+        if directory is None:
+            self.skipTest(f"commit {PREVIOUS_COMMIT} of cosid {PREVIOUS} is not in this clone")
+        cluster.settings["dynamic_library_path"] = f"'{directory}:$libdir'"
+        cluster.write_settings()
+        return directory
+
+    def on_this_library(self, cluster):
+        cluster.settings.pop("dynamic_library_path", None)
+        cluster.write_settings()
+
+    def test_updated_schema_equals_a_fresh_install(self):
+        cluster = self.track(Cluster("upgrade-catalog", free_port(25600),
+                                     {"cosid.distributor": "manual", "cosid.machine_id": 3}))
+        cluster.init()
+        cluster.start()
+        cluster.query("CREATE DATABASE fresh")
+        cluster.query("CREATE DATABASE updated")
+        cluster.query("CREATE EXTENSION cosid", "fresh")
+        cluster.query(f"CREATE EXTENSION cosid VERSION '{PREVIOUS}'", "updated")
+        self.assertEqual(cluster.query("SELECT extversion FROM pg_extension WHERE extname = 'cosid'", "updated"), PREVIOUS)
+        # The SQL of 0.1.0 runs on this library: its cosid.status has its own shape.
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 20)
+        before = catalog(cluster, "updated")
+        cluster.query("ALTER EXTENSION cosid UPDATE", "updated")
+        fresh, updated = catalog(cluster, "fresh"), catalog(cluster, "updated")
+        self.assertIn(f"extension version {CURRENT}", fresh)
+        self.assertNotEqual(before, fresh, "the test compares nothing")
+        self.assertEqual(updated, fresh)
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 24)
+        cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
+        self.assertEqual(machine_of(cosid_next), 3)
+
+    def test_the_update_script_carries_the_store_update_word_for_word(self):
+        store = (SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql").read_text()
+        extension = (SQL / f"cosid--{PREVIOUS}--{CURRENT}.sql").read_text()
+        start = extension.index(store.split("\n", 1)[0])
+        end = extension.index("-- </lease store>")
+        self.assertEqual(extension[start:end], store)
+
+    def test_server_generating_on_the_previous_version_is_updated(self):
+        # One machine id only: the restarted server must take the same one back, after the
+        # crashed lease expires, and wait for its watermark.
+        # Commits survive the kill -9 (the rows inserted before it are counted at the end).
+        cluster = self.track(Cluster("upgrade-server", free_port(25610),
+                                     {**FAST_LEASES, "cosid.machine_bits": 0,
+                                      "synchronous_commit": "on"}))
+        cluster.init()
+        previous_directory = self.on_previous_library(cluster)
+        cluster.start()
+        self.assertEqual(loaded_library(cluster), str(previous_directory / "cosid.so"))
+        cluster.query(f"CREATE EXTENSION cosid VERSION '{PREVIOUS}'")
+        cluster.query("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT cosid_next(), "
+                      "note text)")
+        wait_up(cluster)
+        # Running ALTER EXTENSION UPDATE before the restart fails and changes nothing: the
+        # library still loaded has no function for the new cosid.status.
+        with self.assertRaises(SqlError) as refused:
+            cluster.query("ALTER EXTENSION cosid UPDATE")
+        self.assertEqual(refused.exception.sqlstate, "42883", refused.exception.stderr)
+        self.assertEqual(cluster.query("SELECT extversion FROM pg_extension WHERE extname = 'cosid'"), PREVIOUS)
+
+        # Generate under load, into the table and directly, and kill the server meanwhile.
+        insert = ("COPY (WITH n AS (INSERT INTO orders (note) SELECT 'x' FROM "
+                  "generate_series(1, 200) RETURNING id) SELECT id FROM n) TO STDOUT")
+        inserted = run_session(cluster, 99, [insert] * 5)
+        self.assertFalse(inserted.error, inserted.error)
+        with LoopingClients(cluster, clients=4, batch=500, batches_per_session=5) as load:
+            wait_for(lambda: load.ids_so_far() > 20_000, 60, "ids from 0.1.0")
+            cluster.crash()
+        before = ids_of(load.sessions) + inserted.ids
+        self.assertGreater(len(before), 20_000)
+
+        # Onto this library: a restart. The generator stays closed until the SQL is updated,
+        # and says so.
+        self.on_this_library(cluster)
+        cluster.start()
+        self.assertTrue(loaded_library(cluster).endswith("/cosid.so"))
+        self.assertNotEqual(loaded_library(cluster), str(previous_directory / "cosid.so"))
+        crashed_watermark_ms = int(cluster.query("SELECT watermark_ms FROM cosid.machine_lease"))
+        waiting = wait_for(lambda: "ALTER EXTENSION cosid UPDATE" in status(cluster)["last_error"]
+                           and status(cluster), 30, "the worker to ask for the update")
+        self.assertNotEqual(waiting["state"], "UP")
+        with self.assertRaises(SqlError) as closed:
+            cluster.query("SELECT cosid_next()")
+        self.assertEqual(closed.exception.sqlstate, "55000")
+        self.assertIn("ALTER EXTENSION cosid UPDATE", closed.exception.stderr)
+
+        cluster.query("ALTER EXTENSION cosid UPDATE")
+        self.assertEqual(cluster.query("SELECT extversion FROM pg_extension WHERE extname = 'cosid'"), CURRENT)
+        wait_up(cluster, timeout=30)
+        self.assertEqual(cluster.query(
+            "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+            "WHERE adrelid = 'orders'::regclass"), "cosid_next()")
+        after = run_session(cluster, 100, [insert] * 5)
+        self.assertFalse(after.error, after.error)
+        with LoopingClients(cluster, clients=4, batch=500, batches_per_session=5) as load:
+            wait_for(lambda: load.ids_so_far() > 20_000, 60, "ids from this version")
+        after_ids = after.ids + ids_of(load.sessions)
+
+        everything = before + after_ids
+        self.assertEqual(len(set(everything)), len(everything), "duplicate ids")
+        # Machine id 0 again: every id after the update is above the watermark the crashed
+        # lease of 0.1.0 left.
+        self.assertGreater(min(ts_ms_of(v, shift=12) for v in after_ids), crashed_watermark_ms)
+        self.assertGreaterEqual(crashed_watermark_ms, max(ts_ms_of(v, shift=12) for v in before))
+        self.assertEqual(int(cluster.query("SELECT count(*) FROM orders")), 2000)
+        print(f"\n  upgrade of a running server: {len(before)} ids on {PREVIOUS}, kill -9, "
+              f"{len(after_ids)} on {CURRENT} above its watermark, 0 duplicates", end=" ")
+
+    def test_shared_store_is_updated_under_live_leases(self):
+        store = self.track(start_store("upgrade-store", 25620,
+                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
+        self.assertEqual(store.query("SELECT to_regprocedure('cosid.lease_store_version()')"), "")
+        servers = []
+        for index in range(2):
+            server = self.track(fleet_server(f"upgrade-fleet-{index}", 25630 + 10 * index,
+                                             store.port, extra=dict(FAST_LEASES)))
+            self.on_previous_library(server)
+            server.start()
+            server.query(f"CREATE EXTENSION cosid VERSION '{PREVIOUS}'")
+            servers.append(server)
+        held = [int(wait_up(server, timeout=30)["machine_id"]) for server in servers]
+        self.assertEqual(len(set(held)), 2)
+
+        def renewals():
+            return dict(store.rows("SELECT machine_id, renewed_at FROM cosid.machine_lease"))
+
+        loads = [LoopingClients(server, clients=2, batch=500, batches_per_session=4)
+                 for server in servers]
+        for load in loads:
+            load.__enter__()
+        try:
+            wait_for(lambda: all(load.ids_so_far() > 5_000 for load in loads), 60, "ids")
+            result = subprocess.run(
+                store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                                   "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.assertEqual(result.returncode, 0, result.stdout)
+            self.assertIn(f"role {FLEET_ROLE} is now a member of cosid_lease_holder",
+                          result.stdout)
+            self.assertEqual(store.query("SELECT cosid.lease_store_version()"), CURRENT)
+            # The servers of 0.1.0 keep renewing through the updated store.
+            renewed = renewals()
+            wait_for(lambda: all(renewals()[k] > renewed[k] for k in renewed), 15,
+                     "renewals after the update")
+            for server in servers:
+                self.assertEqual(status(server)["state"], "UP")
+            # One of them is restarted onto this library (a clean stop releases its lease).
+            servers[0].stop()
+            self.on_this_library(servers[0])
+            servers[0].start()
+            restarted = wait_up(servers[0], timeout=30)
+            servers[0].query("ALTER EXTENSION cosid UPDATE")
+            since = time.monotonic()
+            wait_for(lambda: loads[0].ids_so_far(since) > 5_000, 60, "ids from this version")
+            self.assertEqual(status(servers[1])["state"], "UP")
+        finally:
+            for load in loads:
+                load.__exit__(None, None, None)
+        everything = [value for load in loads for value in ids_of(load.sessions)]
+        self.assertEqual(len(set(everything)), len(everything), "duplicate ids")
+        machines = {machine_of(v) for v in ids_of(loads[1].sessions)}
+        self.assertEqual(machines, {held[1]})
+        self.assertNotEqual(int(restarted["machine_id"]), held[1])
+        # The fleet role calls the protocol as a member of cosid_lease_holder, and has no
+        # direct privilege left on the table.
+        self.assertEqual(store.query(
+            f"SELECT pg_has_role('{FLEET_ROLE}', 'cosid_lease_holder', 'MEMBER'), "
+            f"has_table_privilege('{FLEET_ROLE}', 'cosid.machine_lease', 'SELECT')"), "t|f")
+        print(f"\n  shared store updated under live leases: {len(everything)} ids, "
+              "0 duplicates", end=" ")
+
+    def test_store_scripts_refuse_to_run_over_an_installed_store(self):
+        store = self.track(start_store("upgrade-rerun", 25650))
+        store.query("INSERT INTO cosid.lease_namespace VALUES ('kept')")
+        for script, warning in [
+                (LEASE_SQL, "a cosid lease store (version 0.2.0) is installed in this database "
+                            "already; nothing was changed"),
+                (SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql",
+                 "this database has no cosid lease store of version 0.1.0; nothing was changed")]:
+            before = catalog(store, "postgres")
+            # Without ON_ERROR_STOP psql goes on after errors: the statements after the check
+            # must fail too.
+            result = subprocess.run(store.psql_command("postgres", "-f", str(script)),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.assertIn(warning, result.stdout)
+            self.assertIn("read-only transaction", result.stdout)
+            self.assertEqual(catalog(store, "postgres"), before, script.name)
+            self.assertEqual(store.query("SELECT namespace FROM cosid.lease_namespace"), "kept")
+
+
+if __name__ == "__main__":
+    unittest.main()
