@@ -3,7 +3,7 @@ PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 COSID_PORT ?= 5499
 export PG_CONFIG COSID_PORT
 
-.PHONY: setup install run stop test unit-test lint integration-test test-faults bench
+.PHONY: setup install run stop test unit-test lint integration-test test-faults bench package
 
 setup:
 	scripts/setup.sh
@@ -30,7 +30,7 @@ lint:
 	cargo clippy --release --all-targets -- -D warnings
 
 integration-test: install
-	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load
+	cd tests && python3 -m unittest -v test_sql_surface test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load test_package
 
 # The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
 test-faults: install
@@ -38,3 +38,9 @@ test-faults: install
 
 bench: install
 	python3 bench/bench.py
+
+# Installable packages in target/packages: a .deb for Debian's PostgreSQL 15, and a tarball for
+# each tested PostgreSQL version that is installed (scripts/package.sh; README, "Installing from
+# a package").
+package: setup
+	scripts/package.sh
