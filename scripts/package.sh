@@ -21,7 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${COSID_PACKAGE_DIR:-$ROOT/target/packages}
 WORK="$OUT/build"
-VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n 1)
+VERSION=$(sed -n '/^version = /{s/^version = "\(.*\)"$/\1/p;q}' "$ROOT/Cargo.toml")
 DEB_REVISION=1
 MAINTAINER=${DEB_MAINTAINER:-cosid maintainers <maintainers@cosid.invalid>}
 ARCH=$(uname -m)
@@ -171,7 +171,8 @@ cosid ($debversion) unstable; urgency=medium
 EOF
     gzip -9n "$doc/changelog.Debian"
     local years first last
-    first=$(git -C "$ROOT" log --reverse --format=%cd --date=format:%Y 2>/dev/null | head -n 1)
+    # (sed, not head, reads to the end: git must not die of SIGPIPE under pipefail.)
+    first=$(git -C "$ROOT" log --reverse --format=%cd --date=format:%Y 2>/dev/null | sed -n 1p || true)
     last=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y)
     years=${first:-$last}
     [ "$years" = "$last" ] || years="$years-$last"
@@ -247,8 +248,9 @@ EOF
     echo "package: $file"
 }
 
-mkdir -p "$OUT" "$WORK"
-for pg_config in "${pg_configs[@]}"; do
+# The packages of one pg_config.
+packages_for() {
+    local pg_config=$1 full major pkglib share staged
     full=$("$pg_config" --version | sed -E 's/^PostgreSQL ([^ ]+).*/\1/')
     major=$(echo "$full" | sed -E 's/^([0-9]+).*/\1/')
     pkglib=$("$pg_config" --pkglibdir)
@@ -260,4 +262,20 @@ for pg_config in "${pg_configs[@]}"; do
     if [ "$pkglib" = "/usr/lib/postgresql/$major/lib" ] && [ "$share" = "/usr/share/postgresql/$major" ]; then
         deb "$major" "$staged" "$pkglib" "$share"
     fi
+}
+
+# Each version in a subshell of its own, so that one that fails does not stop the others; the
+# exit status says whether all succeeded. (Not `( ... ) || ...`: bash ignores set -e there.)
+mkdir -p "$OUT" "$WORK"
+failed=()
+for pg_config in "${pg_configs[@]}"; do
+    set +e
+    (set -e; packages_for "$pg_config")
+    status=$?
+    set -e
+    [ "$status" -eq 0 ] || failed+=("$pg_config")
 done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "package: failed for ${failed[*]}" >&2
+    exit 1
+fi

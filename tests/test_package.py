@@ -187,7 +187,9 @@ class Packages(unittest.TestCase):
         cluster.stop()
 
     def assert_installed(self, paths):
-        for path in REQUIRED:
+        # Every install and update script of sql/ too.
+        scripts = [EXTENSION_DIR / path.name for path in (ROOT / "sql").glob("cosid--*.sql")]
+        for path in REQUIRED + scripts:
             self.assertIn(path, paths, f"{path} is not installed")
             self.assertTrue(path.is_file(), f"{path} is missing")
 
