@@ -7,7 +7,7 @@ export PG_CONFIG COSID_PORT
 # and its update path work (cargo pgrx install copies only the update scripts).
 OLD_INSTALL_SCRIPTS = $(foreach f,$(wildcard sql/cosid--*.sql),$(if $(findstring --,$(f:sql/cosid--%=%)),,$(f)))
 
-.PHONY: setup install run stop test unit-test lint integration-test test-faults bench
+.PHONY: setup install run stop test unit-test lint integration-test test-faults bench package
 
 setup:
 	scripts/setup.sh
@@ -35,7 +35,7 @@ lint:
 	cargo clippy --release --all-targets -- -D warnings
 
 integration-test: install
-	cd tests && python3 -m unittest -v test_sql_surface test_upgrade test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load
+	cd tests && python3 -m unittest -v test_sql_surface test_upgrade test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load test_package
 
 # The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
 test-faults: install
@@ -43,3 +43,9 @@ test-faults: install
 
 bench: install
 	python3 bench/bench.py
+
+# Installable packages in target/packages: a .deb for Debian's PostgreSQL 15, and a tarball for
+# each tested PostgreSQL version that is installed (scripts/package.sh; README, "Installing from
+# a package").
+package: setup
+	scripts/package.sh
