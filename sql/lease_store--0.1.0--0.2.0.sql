@@ -6,14 +6,21 @@
 -- Servers of cosid 0.1.0 keep their leases through it: their claim, renewal and release keep
 -- their signatures and answers, and the roles that could call them become members of
 -- cosid_lease_holder (their direct privileges on the table and the schema are revoked, as 0.2.0
--- gives none). Released rows keep their exact last timestamp, which the next holder waits for.
+-- gives none). Released rows keep their exact last timestamp, which the next holder waits for;
+-- a claim of 0.1.0 counts its whole watermark as its floor, since what it found is not known.
 -- Servers of cosid 0.2.0 can claim as soon as it commits. Everything it creates is what
 -- lease_store.sql of 0.2.0 creates, in the same words.
 
+-- Checks before anything changes, with search_path pinned (see lease_store.sql); the path is
+-- restored for the statements after it.
 DO $update$
 DECLARE
-    v_role pg_catalog.regrole;
+    v_path         text := pg_catalog.current_setting('search_path');
+    v_in_extension boolean;
+    v_refused      text;
+    v_role         pg_catalog.regrole;
 BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
                 WHERE n.nspname = 'cosid'
                   AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
@@ -23,15 +30,48 @@ BEGIN
                   DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
                   HINT = 'Install into a database without a schema cosid, or as the role that owns it.';
     END IF;
-    -- Only a store of version 0.1.0 is updated here. Anything else is left alone, and the rest of
-    -- the session is made read-only, so that the statements after this one fail too when psql
-    -- goes on after an error.
-    IF pg_catalog.to_regclass('cosid.machine_lease') IS NULL
-       OR pg_catalog.to_regprocedure('cosid.lease_store_version()') IS NOT NULL THEN
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles r
+                WHERE r.rolname IN ('cosid_lease_owner', 'cosid_lease_holder') AND r.rolcanlogin)
+       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                    JOIN pg_catalog.pg_roles r ON r.oid = m.roleid
+                   WHERE r.rolname = 'cosid_lease_owner') THEN
+        RAISE EXCEPTION 'the roles cosid_lease_owner and cosid_lease_holder must be NOLOGIN, and cosid_lease_owner must have no members'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'cosid_lease_owner owns the lease table and the protocol: whoever can act as it can change every lease.',
+                  HINT = 'Drop or fix the roles of that name, then install again.';
+    END IF;
+    -- Only the update script of the extension may call pg_extension_config_dump().
+    BEGIN
+        PERFORM pg_catalog.pg_extension_config_dump('cosid.machine_lease', '');
+        v_in_extension := true;
+    EXCEPTION WHEN OTHERS THEN
+        v_in_extension := false;
+    END;
+    -- Only a store of version 0.1.0 is updated, in one transaction (psql going on after a
+    -- failed statement would leave half a store), and a store of the extension only by
+    -- ALTER EXTENSION. Anything else is left alone: this transaction and the rest of the
+    -- session are made read-only, so that the statements after this one fail too.
+    v_refused := CASE
+        WHEN pg_catalog.to_regclass('cosid.machine_lease') IS NULL
+             OR pg_catalog.to_regprocedure('cosid.lease_store_version()') IS NOT NULL
+            THEN 'this database has no cosid lease store of version 0.1.0'
+        WHEN NOT v_in_extension AND EXISTS (
+                SELECT FROM pg_catalog.pg_depend d
+                 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                   AND d.objid = pg_catalog.to_regclass('cosid.machine_lease')
+                   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                   AND d.deptype = 'e')
+            THEN 'this lease store belongs to the extension cosid: update it with ALTER EXTENSION cosid UPDATE'
+        WHEN NOT v_in_extension AND pg_catalog.now() = pg_catalog.statement_timestamp()
+            THEN 'this update must run in one transaction'
+    END;
+    IF v_refused IS NOT NULL THEN
         PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
-        RAISE WARNING 'this database has no cosid lease store of version 0.1.0; nothing was changed'
+        PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        RAISE WARNING '%; nothing was changed', v_refused
             USING DETAIL = 'This file updates a lease store of version 0.1.0 (it has no cosid.lease_store_version()) to 0.2.0. The rest of this session is read-only.',
-                  HINT = 'See cosid.lease_store_version() for the version of an updated store; install a new store with lease_store.sql.';
+                  HINT = 'Run it with psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.1.0--0.2.0.sql. See cosid.lease_store_version() for the version of an updated store.';
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_owner') THEN
@@ -40,14 +80,26 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_holder') THEN
         CREATE ROLE cosid_lease_holder NOLOGIN;
     END IF;
-    IF EXISTS (SELECT FROM pg_catalog.pg_roles r
-                WHERE r.rolname IN ('cosid_lease_owner', 'cosid_lease_holder') AND r.rolcanlogin)
-       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members m
-                   WHERE m.roleid = 'cosid_lease_owner'::pg_catalog.regrole) THEN
-        RAISE EXCEPTION 'the roles cosid_lease_owner and cosid_lease_holder must be NOLOGIN, and cosid_lease_owner must have no members'
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = 'cosid_lease_owner owns the lease table and the protocol: whoever can act as it can change every lease.',
-                  HINT = 'Drop or fix the roles of that name, then install again.';
+    -- The lease table is locked for the update: queue behind a long reader (a dump, an open
+    -- transaction) for a few seconds at most, since every renewal queues behind the update.
+    PERFORM pg_catalog.set_config('lock_timeout', '3s', true);
+    -- From 0.2.0 the roles that call the protocol do so as members of cosid_lease_holder. A
+    -- grant that cannot become such a membership would cut its servers off: refused.
+    SELECT pg_catalog.string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                               ELSE a.grantee::pg_catalog.regrole::text END, ', ')
+      INTO v_refused
+      FROM pg_catalog.pg_proc p
+     CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+     WHERE p.pronamespace = 'cosid'::pg_catalog.regnamespace
+       AND p.proname IN ('lease_claim', 'lease_renew', 'lease_release')
+       AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+       AND (a.grantee = 0 OR NOT r.rolinherit OR r.rolname = 'pg_database_owner');
+    IF v_refused IS NOT NULL THEN
+        RAISE EXCEPTION 'the lease protocol is granted to %, which cannot call it as a member of cosid_lease_holder', v_refused
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'From 0.2.0 store roles call the protocol as members of cosid_lease_holder: PUBLIC and pg_database_owner cannot be members, and a NOINHERIT role would not use its membership.',
+                  HINT = 'Grant EXECUTE on cosid.lease_claim, cosid.lease_renew and cosid.lease_release to each store role by name, make those roles INHERIT (ALTER ROLE ... INHERIT), then run the update again.';
     END IF;
     -- The roles that could call the protocol of 0.1.0 keep calling it, as members of
     -- cosid_lease_holder; what 0.1.0 had them granted directly goes.
@@ -82,6 +134,7 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA cosid FROM %s', v_role);
         RAISE NOTICE 'privileges of role % on schema cosid and its lease table revoked', v_role;
     END LOOP;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
 END
 $update$;
 
@@ -96,6 +149,7 @@ ALTER TABLE cosid.machine_lease
     ADD COLUMN released_ms    bigint,
     ADD COLUMN layout         text   NOT NULL DEFAULT '';
 UPDATE cosid.machine_lease SET released_ms = watermark_ms WHERE state = 'released';
+UPDATE cosid.machine_lease SET claim_floor_ms = watermark_ms WHERE state = 'claimed';
 
 COMMENT ON TABLE cosid.machine_lease IS
     'Machine-id leases of cosid: one row per namespace and machine id ever claimed. Rows are never deleted by ordinary SQL; see cosid.lease_retire().';
@@ -143,6 +197,13 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'A machine id without a lease row is presumed never used: once its row is gone, another server could claim it and issue the same ids again.',
                   HINT = 'To free a machine id, stop the server that holds it (it releases it) or let its lease expire. To retire a machine id or a namespace that is no longer used, call cosid.lease_retire() as a superuser.';
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.claim_token IS DISTINCT FROM OLD.claim_token THEN
+        -- A new claim: it waits at least for what every holder before it may have issued,
+        -- whichever function wrote it (an older version's too).
+        NEW.claim_floor_ms := greatest(NEW.claim_floor_ms,
+                                       coalesce(OLD.released_ms, OLD.watermark_ms));
+        NEW.released_ms := NULL;
     END IF;
     IF TG_OP = 'UPDATE' THEN
         IF NEW.namespace <> OLD.namespace OR NEW.machine_id <> OLD.machine_id THEN
@@ -368,7 +429,10 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT c.outcome, c.machine_id, c.previous_watermark_ms,
+    -- 0.1.0 knows a layout mismatch as 'machine_bits' (and would take any unknown outcome for
+    -- a claim).
+    SELECT CASE c.outcome WHEN 'layout' THEN 'machine_bits' ELSE c.outcome END,
+           c.machine_id, c.previous_watermark_ms,
            to_timestamp(c.expires_at_ms / 1000.0), to_timestamp(c.store_now_ms / 1000.0),
            c.expires_at_ms, c.store_now_ms
       FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,

@@ -20,13 +20,18 @@
 -- - Claims of a namespace are serialised by a row lock on a private table, which no other role
 --   can take.
 
--- The roles may exist already (another database of the cluster has the store or the
--- extension); they must then still be what this file makes them. A schema cosid that somebody
--- else created first would let its owner replace the table and the functions: refused.
+-- Checks before anything is made. A schema cosid that somebody else created first would let its
+-- owner replace the table and the functions: refused. The roles may exist already (another
+-- database of the cluster has the store or the extension); they must then still be what this
+-- file makes them. The block runs with search_path pinned, so that no operator a role with
+-- CREATE on some schema defines can stand in for pg_catalog's (CREATE EXTENSION runs this with
+-- the extension's schema in the path); the path is restored for the statements after it.
 DO $roles$
 DECLARE
+    v_path  text := pg_catalog.current_setting('search_path');
     v_found text;
 BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
                 WHERE n.nspname = 'cosid'
                   AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
@@ -36,18 +41,30 @@ BEGIN
                   DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
                   HINT = 'Install into a database without a schema cosid, or as the role that owns it.';
     END IF;
-    -- Installed already: nothing here may run over it. The session is made read-only, so that
-    -- the statements after this one fail too when psql goes on after an error.
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles r
+                WHERE r.rolname IN ('cosid_lease_owner', 'cosid_lease_holder') AND r.rolcanlogin)
+       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                    JOIN pg_catalog.pg_roles r ON r.oid = m.roleid
+                   WHERE r.rolname = 'cosid_lease_owner') THEN
+        RAISE EXCEPTION 'the roles cosid_lease_owner and cosid_lease_holder must be NOLOGIN, and cosid_lease_owner must have no members'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'cosid_lease_owner owns the lease table and the protocol: whoever can act as it can change every lease.',
+                  HINT = 'Drop or fix the roles of that name, then install again.';
+    END IF;
+    -- Installed already: nothing here may run over it. This transaction and the rest of the
+    -- session are made read-only, so that the statements after this one fail too, also when
+    -- psql goes on after an error. The version is read, never run.
     IF pg_catalog.to_regclass('cosid.machine_lease') IS NOT NULL THEN
-        IF pg_catalog.to_regprocedure('cosid.lease_store_version()') IS NULL THEN
-            v_found := '0.1.0';
-        ELSE
-            EXECUTE 'SELECT cosid.lease_store_version()' INTO v_found;
-        END IF;
+        SELECT coalesce(pg_catalog.substring(p.prosrc, '''([0-9.]+)'''), 'unknown') INTO v_found
+          FROM pg_catalog.pg_proc p
+         WHERE p.oid = pg_catalog.to_regprocedure('cosid.lease_store_version()');
+        v_found := coalesce(v_found, '0.1.0');
         PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+        PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
         RAISE WARNING 'a cosid lease store (version %) is installed in this database already; nothing was changed', v_found
             USING DETAIL = 'This file installs version 0.2.0 into a database that has none. The rest of this session is read-only.',
-                  HINT = format('To update the store, run lease_store--%s--<next>.sql with psql -v ON_ERROR_STOP=1 --single-transaction, one version at a time.', v_found);
+                  HINT = pg_catalog.format('To update the store, run lease_store--%s--<next>.sql with psql -v ON_ERROR_STOP=1 --single-transaction, one version at a time.', v_found);
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_owner') THEN
@@ -56,15 +73,7 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cosid_lease_holder') THEN
         CREATE ROLE cosid_lease_holder NOLOGIN;
     END IF;
-    IF EXISTS (SELECT FROM pg_catalog.pg_roles r
-                WHERE r.rolname IN ('cosid_lease_owner', 'cosid_lease_holder') AND r.rolcanlogin)
-       OR EXISTS (SELECT FROM pg_catalog.pg_auth_members m
-                   WHERE m.roleid = 'cosid_lease_owner'::pg_catalog.regrole) THEN
-        RAISE EXCEPTION 'the roles cosid_lease_owner and cosid_lease_holder must be NOLOGIN, and cosid_lease_owner must have no members'
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = 'cosid_lease_owner owns the lease table and the protocol: whoever can act as it can change every lease.',
-                  HINT = 'Drop or fix the roles of that name, then install again.';
-    END IF;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
 END
 $roles$;
 
@@ -138,6 +147,13 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'A machine id without a lease row is presumed never used: once its row is gone, another server could claim it and issue the same ids again.',
                   HINT = 'To free a machine id, stop the server that holds it (it releases it) or let its lease expire. To retire a machine id or a namespace that is no longer used, call cosid.lease_retire() as a superuser.';
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.claim_token IS DISTINCT FROM OLD.claim_token THEN
+        -- A new claim: it waits at least for what every holder before it may have issued,
+        -- whichever function wrote it (an older version's too).
+        NEW.claim_floor_ms := greatest(NEW.claim_floor_ms,
+                                       coalesce(OLD.released_ms, OLD.watermark_ms));
+        NEW.released_ms := NULL;
     END IF;
     IF TG_OP = 'UPDATE' THEN
         IF NEW.namespace <> OLD.namespace OR NEW.machine_id <> OLD.machine_id THEN
@@ -357,7 +373,10 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT c.outcome, c.machine_id, c.previous_watermark_ms,
+    -- 0.1.0 knows a layout mismatch as 'machine_bits' (and would take any unknown outcome for
+    -- a claim).
+    SELECT CASE c.outcome WHEN 'layout' THEN 'machine_bits' ELSE c.outcome END,
+           c.machine_id, c.previous_watermark_ms,
            to_timestamp(c.expires_at_ms / 1000.0), to_timestamp(c.store_now_ms / 1000.0),
            c.expires_at_ms, c.store_now_ms
       FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,

@@ -341,6 +341,139 @@ class Upgrade(unittest.TestCase):
         print(f"\n  shared store updated under live leases: {len(everything)} ids, "
               "0 duplicates", end=" ")
 
+    def test_store_update_keeps_every_floor_and_answers_0_1_0_as_0_1_0(self):
+        store = self.track(start_store("upgrade-floors", 25660,
+                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
+        now_ms = int(store.query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"))
+
+        def claim_0_1_0(instance, token, watermark_ms, bits=2):
+            # The statement servers of 0.1.0 send.
+            return store.rows(
+                "SELECT outcome, machine_id, previous_watermark_ms FROM cosid.lease_claim("
+                f"'n', {bits}, '{instance}', false, 60000, '{token}', {watermark_ms})")[0]
+
+        held = claim_0_1_0("a", "ta", now_ms + 30_000)
+        released = claim_0_1_0("b", "tb", now_ms + 30_000)
+        self.assertEqual(store.query(
+            f"SELECT cosid.lease_release('n', {released[1]}, 'b', 'tb', {now_ms - 1_000})"), "t")
+        result = subprocess.run(
+            store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertEqual(result.returncode, 0, result.stdout)
+        rows = {int(m): (state, int(floor), released_ms) for m, state, floor, released_ms in store.rows(
+            "SELECT machine_id, state, claim_floor_ms, released_ms FROM cosid.machine_lease")}
+        # A claim of 0.1.0 counts its whole watermark as its floor; a release keeps its exact
+        # last timestamp.
+        self.assertEqual(rows[int(held[1])][:2], ("claimed", now_ms + 30_000))
+        self.assertEqual(rows[int(released[1])][2], str(now_ms - 1_000))
+        # The claim of 0.1.0 retried with its token (its answer was lost) waits for the
+        # watermark, not for 0.
+        retried = claim_0_1_0("a", "ta", now_ms + 30_000)
+        self.assertEqual(retried[:2], ["own", held[1]])
+        self.assertGreaterEqual(int(retried[2]), now_ms + 30_000)
+        # Another layout is 'machine_bits' to a server of 0.1.0, never a claim.
+        self.assertEqual(claim_0_1_0("d", "td", now_ms, bits=3)[0], "machine_bits")
+        # A server of 0.2.0 takes the released machine id and waits for its exact release.
+        taken = store.rows(
+            "SELECT outcome, machine_id, previous_watermark_ms FROM cosid.lease_claim("
+            f"'n', 2, 'e', false, 60000, 'te', {now_ms + 60_000}, '')")[0]
+        self.assertEqual(taken, ["released", released[1], str(now_ms - 1_000)])
+        # Whatever writes a new claim into a row (a function of 0.1.0 still running, an
+        # operator), the row keeps the floor of what was issued before it.
+        store.query(f"UPDATE cosid.machine_lease SET claim_token = 'tz', instance_id = 'z' "
+                    f"WHERE machine_id = {held[1]}")
+        self.assertEqual(store.rows(
+            "SELECT claim_floor_ms, released_ms FROM cosid.machine_lease "
+            f"WHERE machine_id = {held[1]}")[0], [str(now_ms + 30_000), ""])
+
+    def test_updates_run_with_pg_catalog_operators_only(self):
+        """A database owner (CREATE on public) plants operators that the update scripts' checks
+        would pick with the extension's search_path, each making its caller's role, if a
+        superuser, grant superuser to the planter."""
+        cluster = self.track(Cluster("upgrade-operators", free_port(25670),
+                                     {"cosid.distributor": "manual", "cosid.machine_id": 1}))
+        cluster.init()
+        cluster.start()
+        cluster.query("CREATE ROLE mallory LOGIN")
+        cluster.query("CREATE DATABASE victim OWNER mallory")
+        planted = ["SET ROLE mallory"]
+        for name, (left, right, op) in enumerate([("oid", "regrole", "<>"), ("oid", "regrole", "="),
+                                                  ("oid", "regnamespace", "="),
+                                                  ("oid", "integer", "<>"), ("oid", "regclass", "="),
+                                                  ("name", "text", "=")]):
+            planted.append(f"""
+                CREATE FUNCTION public.planted_{name}(a {left}, b {right}) RETURNS boolean
+                LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+                        EXECUTE 'ALTER ROLE mallory SUPERUSER';
+                    END IF;
+                    RETURN a::text OPERATOR(pg_catalog.{op}) b::text;
+                END $$""")
+            planted.append(f"CREATE OPERATOR public.{op} (LEFTARG = {left}, RIGHTARG = {right}, "
+                           f"FUNCTION = public.planted_{name})")
+        cluster.query(";\n".join(planted), "victim")
+        # A role of 0.1.0's store grants, so that the update's loops over grantees run too.
+        cluster.query("CREATE ROLE fleet LOGIN")
+        cluster.query(f"CREATE EXTENSION cosid VERSION '{PREVIOUS}'", "victim")
+        cluster.query("GRANT USAGE ON SCHEMA cosid TO fleet; "
+                      "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cosid TO fleet", "victim")
+        cluster.query("ALTER EXTENSION cosid UPDATE", "victim")
+        self.assertEqual(cluster.query("SELECT extversion FROM pg_extension "
+                                       "WHERE extname = 'cosid'", "victim"), CURRENT)
+        self.assertEqual(cluster.query("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),
+                         "f", "a planted operator ran as the superuser")
+        # The same for a plain store updated with psql, and for a new install.
+        cluster.query("CREATE DATABASE victim_store OWNER mallory TEMPLATE victim")
+        cluster.query("DROP EXTENSION cosid", "victim_store")
+        subprocess.run(cluster.psql_command("victim_store", "-q", "-v", "ON_ERROR_STOP=1", "-f",
+                                            str(SQL / f"lease_store--{PREVIOUS}.sql")), check=True)
+        cluster.query("GRANT USAGE ON SCHEMA cosid TO fleet; "
+                      "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cosid TO fleet", "victim_store")
+        result = subprocess.run(
+            cluster.psql_command("victim_store", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                                 "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertEqual(result.returncode, 0, result.stdout)
+        cluster.query("CREATE DATABASE victim_new OWNER mallory TEMPLATE victim_store")
+        cluster.query("DROP SCHEMA cosid CASCADE", "victim_new")
+        cluster.query("CREATE EXTENSION cosid", "victim_new")
+        self.assertEqual(cluster.query("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),
+                         "f", "a planted operator ran as the superuser")
+
+    def test_store_update_refuses_what_it_cannot_update_safely(self):
+        store = self.track(start_store("upgrade-refusals", 25680,
+                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
+        script = str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")
+        before = catalog(store, "postgres")
+        # Outside one transaction: refused before anything changes.
+        result = subprocess.run(store.psql_command("postgres", "-f", script),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertIn("this update must run in one transaction; nothing was changed",
+                      result.stdout)
+        self.assertEqual(catalog(store, "postgres"), before)
+        # A NOINHERIT store role would lose the protocol: refused, nothing changed.
+        store.query(f"ALTER ROLE {FLEET_ROLE} NOINHERIT")
+        result = subprocess.run(
+            store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose",
+                               "--single-transaction", "-f", script),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn(f"55000: the lease protocol is granted to {FLEET_ROLE}", result.stdout)
+        self.assertEqual(catalog(store, "postgres"), before)
+        # A store of the extension is updated by ALTER EXTENSION only.
+        store.query("CREATE DATABASE extension_store")
+        store.query(f"CREATE EXTENSION cosid VERSION '{PREVIOUS}'", "extension_store")
+        before = catalog(store, "extension_store")
+        result = subprocess.run(
+            store.psql_command("extension_store", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                               "-f", script),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertIn("this lease store belongs to the extension cosid: update it with ALTER "
+                      "EXTENSION cosid UPDATE; nothing was changed", result.stdout)
+        self.assertEqual(catalog(store, "extension_store"), before)
+
     def test_store_scripts_refuse_to_run_over_an_installed_store(self):
         store = self.track(start_store("upgrade-rerun", 25650))
         store.query("INSERT INTO cosid.lease_namespace VALUES ('kept')")
@@ -352,11 +485,13 @@ class Upgrade(unittest.TestCase):
             before = catalog(store, "postgres")
             # Without ON_ERROR_STOP psql goes on after errors: the statements after the check
             # must fail too.
-            result = subprocess.run(store.psql_command("postgres", "-f", str(script)),
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            self.assertIn(warning, result.stdout)
-            self.assertIn("read-only transaction", result.stdout)
-            self.assertEqual(catalog(store, "postgres"), before, script.name)
+            for mode in [[], ["--single-transaction"]]:
+                result = subprocess.run(store.psql_command("postgres", *mode, "-f", str(script)),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+                self.assertIn(warning, result.stdout)
+                self.assertIn("read-only transaction", result.stdout)
+                self.assertEqual(catalog(store, "postgres"), before, f"{script.name} {mode}")
             self.assertEqual(store.query("SELECT namespace FROM cosid.lease_namespace"), "kept")
 
 
