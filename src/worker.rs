@@ -52,8 +52,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     // Connected to a database even with a remote store, so that operators see the worker in
     // pg_stat_activity (backend_type 'cosid lease worker') wherever its store is.
     if !wait_before_connecting(slot, &lease_settings.database) {
-        // SAFETY: see below.
-        unsafe { pg_sys::proc_exit(1) };
+        exit_worker();
     }
     BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
     slot.lease.connect_attempts.store(0, Ordering::Relaxed);
@@ -62,8 +61,8 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
             Ok(store) => Box::new(store),
             Err(why) => {
                 warning!("cosid: cannot use cosid.lease_store: {why}");
-                // SAFETY: see below; the worker is started again after its restart time.
-                unsafe { pg_sys::proc_exit(1) };
+                // Started again after its restart time.
+                exit_worker();
             }
         },
         None => {
@@ -78,11 +77,22 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     };
     let mut worker = Worker::new(slot, settings.namespace.clone(), lease_settings, store);
     worker.run();
-    // Exit code 1, not 0: a worker that was terminated on its own (pg_terminate_backend) is then
-    // started again after its restart time, while at server shutdown nothing is restarted.
+    exit_worker();
+}
+
+/// Ends a cosid background worker with exit code 1, not 0: a worker that was terminated on its
+/// own (pg_terminate_backend) is then started again after its restart time, while at server
+/// shutdown nothing is restarted.
+pub(crate) fn exit_worker() -> ! {
     // SAFETY: proc_exit runs PostgreSQL's exit callbacks and ends the process; nothing of ours is
     // left to clean up.
     unsafe { pg_sys::proc_exit(1) };
+    // PostgreSQL 18 declares proc_exit `pg_noreturn` (C11's `_Noreturn`), which the generated
+    // bindings do not turn into `-> !` as they do the `noreturn` attribute of older versions.
+    #[allow(unreachable_code)]
+    {
+        unreachable!("proc_exit returned")
+    }
 }
 
 /// A worker that cannot connect to `cosid.database` (it does not exist, say) ends with

@@ -11,7 +11,8 @@ import threading
 import time
 import urllib.parse
 
-from pgcluster import PG_BIN, ROOT, Cluster, as_postgres, chown_to_postgres, free_port
+from pgcluster import (PG_BIN, ROOT, SSL_PG_BIN, Cluster, as_postgres, chown_to_postgres,
+                       free_port)
 
 FLEET_ROLE = "cosid_fleet"
 FLEET_PASSWORD = "fleet-secret-9f3k"
@@ -115,8 +116,12 @@ class Proxy:
 def start_store(name, port, settings=None, certificate_role=False, lease_sql=LEASE_SQL):
     """A plain PostgreSQL (cosid not preloaded) holding the lease protocol (`lease_sql`: this
     version's, or a released one), with a role that logs in with a password, and, when asked, a
-    role that logs in with a client certificate (TLS settings then come with `settings`)."""
-    store = Cluster(name, free_port(port), dict(settings or {}), preload=False).init()
+    role that logs in with a client certificate (TLS settings then come with `settings`). A
+    store with ssl on runs on a PostgreSQL built with OpenSSL, which need not be the version
+    under test."""
+    settings = dict(settings or {})
+    store = Cluster(name, free_port(port), settings, preload=False,
+                    bin_dir=SSL_PG_BIN if settings.get("ssl") == "on" else PG_BIN).init()
     hba = store.data / "pg_hba.conf"
     certificate_line = (f"hostssl all {CERTIFICATE_ROLE} 127.0.0.1/32 cert\n"
                         if certificate_role else "")

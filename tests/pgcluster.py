@@ -1,7 +1,9 @@
 """Real PostgreSQL clusters for cosid's tests: created with initdb, run by the `postgres` user
-(PostgreSQL refuses to run as root), on loopback, in folders under target/test-clusters.
+(PostgreSQL refuses to run as root), on loopback, in folders under target/test-clusters/pg<major>.
 
-Only the standard library is used, plus Debian's PostgreSQL 15 binaries.
+Only the standard library is used, plus the PostgreSQL whose pg_config is in $PG_CONFIG (Debian's
+PostgreSQL 15 by default). The suites of two major versions use separate folders and ports, so
+they can run at the same time.
 """
 
 import os
@@ -18,7 +20,20 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
 PG_BIN = Path(subprocess.check_output([PG_CONFIG, "--bindir"], text=True).strip())
 PG_PKGLIB = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip())
-CLUSTERS = ROOT / "target" / "test-clusters"
+# "PostgreSQL 16.14", "PostgreSQL 18beta1", "PostgreSQL 15.14 (Debian 15.14-0+deb12u1)"
+PG_MAJOR = int(re.match(r"PostgreSQL (\d+)",
+                        subprocess.check_output([PG_CONFIG, "--version"], text=True)).group(1))
+CLUSTERS = ROOT / "target" / "test-clusters" / f"pg{PG_MAJOR}"
+# A server with TLS, for a store the tests reach over TLS: this PostgreSQL if it was built with
+# OpenSSL, else Debian's PostgreSQL 15 (or $COSID_SSL_PG_CONFIG's); the servers under test stay
+# on this version, and their TLS client is cosid's own code.
+SSL_PG_CONFIG = PG_CONFIG if re.search(
+    r"--with-openssl|--with-ssl=openssl|-Dssl=openssl",
+    subprocess.check_output([PG_CONFIG, "--configure"], text=True)) else os.environ.get(
+        "COSID_SSL_PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
+SSL_PG_BIN = Path(subprocess.check_output([SSL_PG_CONFIG, "--bindir"], text=True).strip())
+# The tests' preferred ports (25100 to about 26100) are moved by this much per major version.
+PORT_OFFSET = (PG_MAJOR - 15) * 1500
 RUN_AS = "postgres"
 
 
@@ -56,7 +71,8 @@ class SqlError(Exception):
 class Cluster:
     """One PostgreSQL server: its data directory, settings, log and process."""
 
-    def __init__(self, name, port, settings=None, preload=True, env=None, durable=False):
+    def __init__(self, name, port, settings=None, preload=True, env=None, durable=False,
+                 bin_dir=PG_BIN):
         self.name = name
         self.port = port
         self.base = CLUSTERS / name
@@ -67,6 +83,8 @@ class Cluster:
         self.env = dict(env or {})
         # Tests turn durability off for speed; benchmarks keep PostgreSQL's defaults.
         self.durable = durable
+        # The PostgreSQL programs of this server.
+        self.bin = bin_dir
 
     def server_env(self):
         # A Rust backtrace would be appended to every error's DETAIL.
@@ -81,7 +99,7 @@ class Cluster:
         self.base.mkdir(parents=True)
         chown_to_postgres(self.base)
         subprocess.run(
-            as_postgres([PG_BIN / "initdb", "-D", self.data, "-U", "postgres",
+            as_postgres([self.bin / "initdb", "-D", self.data, "-U", "postgres",
                          "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"]),
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.write_settings()
@@ -115,7 +133,7 @@ class Cluster:
         """Starts the server and waits until it accepts connections. With check=False, returns
         whether it started instead of raising."""
         result = subprocess.run(
-            as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-l", self.logfile, "-w",
+            as_postgres([self.bin / "pg_ctl", "-D", self.data, "-l", self.logfile, "-w",
                          "-t", "60", "start"], env=self.server_env()),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # What pg_ctl printed, for tests of what a failed start shows.
@@ -130,7 +148,7 @@ class Cluster:
         if not (self.data / "postmaster.pid").exists():
             return
         subprocess.run(
-            as_postgres([PG_BIN / "pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60",
+            as_postgres([self.bin / "pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60",
                          "stop"]),
             check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -182,7 +200,8 @@ class Cluster:
     def put_worker_on_faked_clock(self, offset_s, timeout=30):
         """Under PostgreSQL 15 the postmaster forks the lease worker inside a signal handler, where
         libfaketime leaves the child on the real clock; a worker started again from the
-        postmaster's main loop runs on the server's faked clock like its backends. Restarts the
+        postmaster's main loop runs on the server's faked clock like its backends (from
+        PostgreSQL 16 on, the postmaster starts every worker from its main loop). Restarts the
         worker until one dates its log lines `offset_s` from the real clock; returns its pid.
         For clocks ahead only: the postmaster times a restart from when the old worker exited,
         read on the real clock in its signal handler, against its faked clock in the main loop,
@@ -228,7 +247,7 @@ class Cluster:
     def wait_ready(self, timeout=60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            probe = subprocess.run([PG_BIN / "pg_isready", "-h", "127.0.0.1", "-p",
+            probe = subprocess.run([self.bin / "pg_isready", "-h", "127.0.0.1", "-p",
                                     str(self.port), "-U", "postgres", "-t", "1"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if probe.returncode == 0:
@@ -243,7 +262,7 @@ class Cluster:
     # -- SQL ------------------------------------------------------------------------------------
 
     def psql_command(self, db="postgres", *extra):
-        return [str(PG_BIN / "psql"), "-X", "-q", "-h", "127.0.0.1", "-p", str(self.port),
+        return [str(self.bin / "psql"), "-X", "-q", "-h", "127.0.0.1", "-p", str(self.port),
                 "-U", "postgres", "-d", db, *extra]
 
     def query(self, sql, db="postgres"):
@@ -294,11 +313,13 @@ def parse_error(stderr):
 
 
 def free_port(preferred):
-    """`preferred`, unless it cannot be bound on loopback; then the next port that can. Tests use
-    ports below the kernel's ephemeral range (32768 and up), where client connections would
-    otherwise take them."""
+    """`preferred` moved by PORT_OFFSET, unless it cannot be bound on loopback; then the next port
+    that can. Tests use ports below the kernel's ephemeral range (32768 and up), where client
+    connections would otherwise take them."""
     import socket
-    port = preferred
+    port = preferred + PORT_OFFSET
+    if not 1024 <= port < 32768:
+        raise ValueError(f"port {port} for PostgreSQL {PG_MAJOR} is outside 1024..32767")
     while True:
         with socket.socket() as probe:
             try:

@@ -8,11 +8,19 @@ import subprocess
 import time
 import unittest
 
-from pgcluster import Cluster, SqlError, free_port
+from pgcluster import PG_MAJOR, Cluster, SqlError, free_port
 from test_lease import wait_for
 
 LAYOUT_RANGE = "Ids of this layout cover"
 SECRET = "Xq7-store-pw-Zr4"
+
+
+def setting_range(low, high, unit=""):
+    """A setting's valid range as PostgreSQL prints it in its error: from version 18 on, with the
+    setting's unit after each bound."""
+    if unit and PG_MAJOR >= 18:
+        return f"({low} {unit} .. {high} {unit})"
+    return f"({low} .. {high})"
 
 
 def conf_string(value):
@@ -204,7 +212,7 @@ class Settings(unittest.TestCase):
     def test_negative_lease_duration_stops_the_server(self):
         self.assert_refused({"cosid.distributor": "lease", "cosid.guarder_delay": -5},
                             'FATAL:  -5 ms is outside the valid range for parameter '
-                            '"cosid.guarder_delay" (1 .. 2147483647)')
+                            '"cosid.guarder_delay" ' + setting_range(1, 2147483647, "ms"))
 
     def test_initial_delay_beyond_the_safe_guard_stops_the_server(self):
         self.assert_refused({"cosid.distributor": "lease", "cosid.safe_guard_duration": "'4s'",

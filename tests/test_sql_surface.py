@@ -4,7 +4,7 @@ preloads cosid and on one that does not."""
 import subprocess
 import unittest
 
-from pgcluster import CLUSTERS, PG_BIN, PG_PKGLIB, ROOT, Cluster, free_port
+from pgcluster import CLUSTERS, PG_BIN, PG_MAJOR, PG_PKGLIB, ROOT, Cluster, free_port
 
 REGRESS = ROOT / "tests" / "regress"
 PG_REGRESS = PG_PKGLIB / "pgxs" / "src" / "test" / "regress" / "pg_regress"
@@ -24,6 +24,16 @@ def pg_regress(cluster, *tests):
     return result.returncode == 0, output
 
 
+def expected_output(test):
+    """The golden file of this PostgreSQL version. pg_regress accepts `<test>.out` or any
+    alternate `<test>_1.out`; the alternate is PostgreSQL 18's (which prints the unit of a
+    setting's range: `(0 ms .. 60000 ms)`), and each version must match its own."""
+    alternate = REGRESS / "expected" / f"{test}_1.out"
+    if PG_MAJOR >= 18 and alternate.exists():
+        return alternate
+    return REGRESS / "expected" / f"{test}.out"
+
+
 class SqlSurface(unittest.TestCase):
     def run_golden(self, test, name, port, **cluster_options):
         cluster = Cluster(name, free_port(port), **cluster_options).init()
@@ -31,6 +41,9 @@ class SqlSurface(unittest.TestCase):
         try:
             passed, output = pg_regress(cluster, test)
             self.assertTrue(passed, output)
+            results = CLUSTERS / f"{name}-regress" / "results" / f"{test}.out"
+            self.assertEqual(results.read_text(), expected_output(test).read_text(),
+                             f"{results} is not {expected_output(test).name}")
         finally:
             cluster.stop(check=False)
 
