@@ -133,17 +133,14 @@ pub trait LeaseStore {
 
     /// Which version's protocol the store has.
     fn installed_protocol(&mut self) -> Result<Readiness, String> {
-        let call = Call {
-            sql: protocol::READINESS_SQL,
-            params: Vec::new(),
-            columns: protocol::READINESS_COLUMNS,
-        };
-        Ok(match protocol::decode_readiness(&self.run(&call)?) {
-            Ok(StoreProtocol::Current) => Readiness::Ready,
-            Ok(StoreProtocol::Older) => Readiness::Outdated,
-            Ok(StoreProtocol::Absent) => Readiness::NoExtension,
-            Err(why) => return Err(why.to_string()),
-        })
+        Ok(
+            match protocol::decode_readiness(&self.run(&protocol::readiness())?) {
+                Ok(StoreProtocol::Current) => Readiness::Ready,
+                Ok(StoreProtocol::Older) => Readiness::Outdated,
+                Ok(StoreProtocol::Absent) => Readiness::NoExtension,
+                Err(why) => return Err(why.to_string()),
+            },
+        )
     }
     /// Runs one call; its rows, each value read as the call's column says.
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String>;

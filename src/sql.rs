@@ -213,8 +213,8 @@ type StatusRow = (
 
 /// One row per generator in use, with every column of `cosid.status`.
 fn status_rows() -> Vec<StatusRow> {
-    let slots = shmem::slots().or_raise();
-    let rows: Vec<_> = slots
+    shmem::slots()
+        .or_raise()
         .iter()
         .filter(|slot| slot.in_use())
         .map(|slot| {
@@ -264,8 +264,7 @@ fn status_rows() -> Vec<StatusRow> {
                 interval_ms(thresholds.broken_threshold_ms),
             )
         })
-        .collect();
-    rows
+        .collect()
 }
 
 extension_sql_file!("../sql/lease_store.sql", name = "lease_store");

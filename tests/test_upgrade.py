@@ -228,6 +228,8 @@ class Upgrade(unittest.TestCase):
         with self.assertRaises(SqlError) as refused:
             cluster.query("ALTER EXTENSION cosid UPDATE")
         self.assertEqual(refused.exception.sqlstate, "42883", refused.exception.stderr)
+        self.assertIn('could not find function "generator_status_v2_wrapper"',
+                      refused.exception.stderr)
         self.assertEqual(cluster.query("SELECT extversion FROM pg_extension WHERE extname = 'cosid'"), PREVIOUS)
 
         # Generate under load, into the table and directly, and kill the server meanwhile.
@@ -340,6 +342,26 @@ class Upgrade(unittest.TestCase):
             f"has_table_privilege('{FLEET_ROLE}', 'cosid.machine_lease', 'SELECT')"), "t|f")
         print(f"\n  shared store updated under live leases: {len(everything)} ids, "
               "0 duplicates", end=" ")
+
+    def test_server_waits_for_an_outdated_store_then_leases_after_its_update(self):
+        store = self.track(start_store("upgrade-outdated", 25690,
+                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
+        server = self.track(fleet_server("upgrade-outdated-server", 25695, store.port,
+                                         extra=dict(FAST_LEASES)))
+        server.start()
+        server.query("CREATE EXTENSION cosid")
+        waiting = wait_for(lambda: "waiting for the lease store in cosid.lease_store to be "
+                           "updated" in status(server)["last_error"] and status(server), 30,
+                           "the worker to refuse the store of 0.1.0")
+        self.assertNotEqual(waiting["state"], "UP")
+        self.assertEqual(store.query("SELECT count(*) FROM cosid.machine_lease"), "0")
+        result = subprocess.run(
+            store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.assertEqual(result.returncode, 0, result.stdout)
+        machine_id = int(wait_up(server, timeout=30)["machine_id"])
+        self.assertEqual(machine_of(int(server.query("SELECT cosid_next()"))), machine_id)
 
     def test_store_update_keeps_every_floor_and_answers_0_1_0_as_0_1_0(self):
         store = self.track(start_store("upgrade-floors", 25660,

@@ -61,12 +61,12 @@ pub struct Call {
 
 /// Which protocol the store has installed (no privilege on it needed to ask): this version's
 /// claim, and the claim of cosid 0.1.0, whose store this version's servers cannot use.
-pub const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
+const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text) \
     IS NOT NULL, pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)'::pg_catalog.text) \
     IS NOT NULL";
-pub const READINESS_COLUMNS: &[Kind] = &[Kind::Bool, Kind::Bool];
+const READINESS_COLUMNS: &[Kind] = &[Kind::Bool, Kind::Bool];
 
 /// What the store offers, as the readiness check finds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +97,15 @@ const RELEASE_COLUMNS: &[Kind] = &[Kind::Bool];
 /// The claim token as the store keeps it.
 pub fn token_text(token: u64) -> String {
     format!("{token:016x}")
+}
+
+/// Which protocol the store has (see [`decode_readiness`]).
+pub fn readiness() -> Call {
+    Call {
+        sql: READINESS_SQL,
+        params: Vec::new(),
+        columns: READINESS_COLUMNS,
+    }
 }
 
 pub fn claim(holder: &Holder, safe_guard_ms: u64, token: u64, watermark_ms: i64) -> Call {
