@@ -9,7 +9,9 @@
 //! wrong type, a machine id beyond the machine bits, an unknown outcome) is an error, never an
 //! id.
 
+use crate::layout::Layout;
 use std::fmt;
+use std::time::Duration;
 
 /// What one holder asks of the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +22,31 @@ pub struct Holder {
     pub layout: String,
     pub instance_id: String,
     pub stable: bool,
+}
+
+impl Holder {
+    /// The holder of a generator with `layout`, in `namespace`.
+    pub fn new(namespace: &str, layout: &Layout, instance_id: &str, stable: bool) -> Holder {
+        Holder {
+            namespace: namespace.to_string(),
+            machine_bits: layout.machine_bits(),
+            layout: layout_text(layout),
+            instance_id: instance_id.to_string(),
+            stable,
+        }
+    }
+}
+
+/// The layout as the store compares it: epoch, time unit and the three widths.
+pub fn layout_text(layout: &Layout) -> String {
+    format!(
+        "epoch {} ms, {}, {}/{}/{} bits",
+        layout.epoch_ms(),
+        layout.time_unit().name(),
+        layout.timestamp_bits(),
+        layout.machine_bits(),
+        layout.sequence_bits()
+    )
 }
 
 /// A parameter of a call.
@@ -346,6 +373,95 @@ pub fn decode_readiness(rows: &[Vec<Value>]) -> Result<StoreProtocol, MalformedA
         (false, true) => StoreProtocol::Older,
         (false, false) => StoreProtocol::Absent,
     })
+}
+
+/// Whether the store can be used yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// This server is a hot standby, and the store is its own (read-only) database.
+    ReadOnly,
+    /// `CREATE EXTENSION cosid` has not run in the database yet.
+    NoExtension,
+    /// The store has an older version's protocol: its update script has not run yet.
+    Outdated,
+}
+
+/// A lease store as the lease session sees it: its own database through SPI, or a shared one
+/// over the network. A store only carries a [`Call`] and hands back its rows, each value read as
+/// the call's column says; the calls and the decoding of their answers are written once, here.
+pub trait LeaseStore {
+    /// Whether the store is another server's database.
+    fn is_remote(&self) -> bool;
+    /// The longest any one call may take.
+    fn set_timeout(&mut self, timeout: Duration);
+    /// Runs one call; its rows, each value read as the call's column says.
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String>;
+
+    fn readiness(&mut self) -> Result<Readiness, String> {
+        self.installed_protocol()
+    }
+
+    /// Which version's protocol the store has.
+    fn installed_protocol(&mut self) -> Result<Readiness, String> {
+        Ok(match decode_readiness(&self.run(&readiness())?) {
+            Ok(StoreProtocol::Current) => Readiness::Ready,
+            Ok(StoreProtocol::Older) => Readiness::Outdated,
+            Ok(StoreProtocol::Absent) => Readiness::NoExtension,
+            Err(why) => return Err(why.to_string()),
+        })
+    }
+
+    fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, String> {
+        let rows = self.run(&claim(holder, safe_guard_ms, token, watermark_ms))?;
+        decode_claim(&rows, holder.machine_bits).map_err(|e| e.to_string())
+    }
+
+    /// `Ok(None)`: the lease is lost.
+    fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+    ) -> Result<Option<Renewed>, String> {
+        let call = renew(holder, machine_id, token, safe_guard_ms, watermark_ms);
+        decode_renew(&self.run(&call)?).map_err(|e| e.to_string())
+    }
+
+    /// Whether the lease was still this holder's.
+    fn release(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, String> {
+        let call = release(holder, machine_id, token, watermark_ms);
+        decode_release(&self.run(&call)?).map_err(|e| e.to_string())
+    }
+}
+
+impl<T: LeaseStore + ?Sized> LeaseStore for Box<T> {
+    fn is_remote(&self) -> bool {
+        (**self).is_remote()
+    }
+    fn set_timeout(&mut self, timeout: Duration) {
+        (**self).set_timeout(timeout)
+    }
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+        (**self).run(call)
+    }
+    fn readiness(&mut self) -> Result<Readiness, String> {
+        (**self).readiness()
+    }
 }
 
 #[cfg(test)]

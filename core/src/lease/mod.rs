@@ -16,6 +16,11 @@
 
 use std::fmt;
 
+pub mod session;
+pub mod status;
+
+pub use status::{AtomicText, LeaseProblem, LeaseStatus, UNKNOWN_TIME};
+
 /// The states a lease goes through, as the status view shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -1,0 +1,1529 @@
+//! The lease session: every decision of the lease worker, with no PostgreSQL call, in the way
+//! CosId separates its guarder (the schedule) from its distributor (claim, guard, revert). The
+//! worker (`src/worker/lease.rs`) only schedules [`Session::step`], reloads the timings and
+//! calls [`Session::shutdown`]; this module decides what to claim, renew, give back and release,
+//! enforces the deadline and watermark rules of [`super`], and says what happened in the
+//! lease's [`LeaseStatus`] and the log.
+//!
+//! The session reaches the outside world through two seams, so that it is unit-tested with a
+//! scripted store and a scripted clock: a [`LeaseStore`] carries the protocol's calls, and an
+//! [`Env`] gives the clocks, sleeps, the shutdown flag, random tokens, the log, the reloadable
+//! settings and the local state file. The generator and the status it drives are the shared
+//! memory ones, plain atomics, so the tests look at exactly what backends would see.
+//!
+//! The session keeps what it holds to itself (`held`): the status is only written, for others.
+//!
+//! Rules, in the order [`Session::step`] applies them:
+//! - A machine id given back whose release failed is released before anything is claimed.
+//! - A stable instance reads its local state file before each claim; a file that cannot be read
+//!   exactly stops claiming (its floor is unknown).
+//! - The store must be ready: a standby, a missing or an outdated protocol stop claiming, each
+//!   with the fix in the message.
+//! - A claim keeps its token until one succeeds, so that a claim committed but whose answer was
+//!   lost is recognised as this server's own on the next attempt.
+//! - A claimed machine id is opened only after the clock passed the watermark found (the store's,
+//!   or the state file's for a stable instance); one further ahead than the broken threshold is
+//!   given back as it was, since nothing was issued under it.
+//! - Each claim or renewal moves the generator's deadline to `sent + usable` and raises its tick
+//!   bound to the watermark written; a renewal the store no longer matches closes the generator at
+//!   once, fail-fast or not.
+//! - At shutdown the generator is closed first, then the machine id released with the exact last
+//!   timestamp issued.
+
+use super::{watermark_wait, LeaseProblem, LeaseState, LeaseStatus, LeaseTiming, WatermarkWait};
+use crate::generator::GeneratorState;
+use crate::layout::{format_unix_ms, Layout};
+use crate::protocol::{ClaimOutcome, Holder, LeaseStore, Readiness};
+use crate::state_file::StateRecord;
+use std::time::Duration;
+
+/// How a line of the session is logged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLevel {
+    Log,
+    Warning,
+}
+
+/// Everything the session needs of the process it runs in.
+pub trait Env {
+    /// A clock that never steps and keeps running through suspend, in ms.
+    fn monotonic_ms(&mut self) -> u64;
+    /// The wall clock, in Unix ms.
+    fn unix_ms(&mut self) -> i64;
+    /// Sleeps `ms`, or less when the server shuts down.
+    fn sleep_ms(&mut self, ms: u64);
+    fn shutdown_requested(&mut self) -> bool;
+    /// A strong random number, for claim tokens.
+    fn random_u64(&mut self) -> u64;
+    fn log(&mut self, level: LogLevel, line: &str);
+    /// `cosid.fail_fast` as it is now.
+    fn fail_fast(&mut self) -> bool;
+    /// The clock step back broken threshold in force, in ms.
+    fn broken_threshold_ms(&mut self) -> u64;
+    /// `cosid.local_state_interval` as it is now, in ms.
+    fn local_state_interval_ms(&mut self) -> u64;
+    /// The local state file's record: `None` without a file; an error (the whole sentence)
+    /// when it cannot be read exactly.
+    fn read_state(&mut self) -> Result<Option<StateRecord>, String>;
+    /// The floor a record stands for now (it depends on the boot and the clocks).
+    fn state_floor_ms(&mut self, record: &StateRecord) -> i64;
+    /// Writes the record for `last_ms`, padded by `pad_ms`, or exact when `pad_ms` is `None`
+    /// (the generator is closed).
+    fn write_state(
+        &mut self,
+        namespace: &str,
+        machine_id: u32,
+        last_ms: i64,
+        pad_ms: Option<u64>,
+    ) -> Result<(), String>;
+}
+
+/// The longest a store call may take at shutdown (the release).
+pub const SHUTDOWN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Without a lease, claims are tried again this often.
+pub const CLAIM_RETRY_MS: u64 = 1_000;
+
+/// A machine id and the token of the claim that took it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub machine_id: u32,
+    pub token: u64,
+}
+
+/// A machine id given back whose release failed, with the watermark to release it with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingRelease {
+    held: Held,
+    watermark_ms: i64,
+}
+
+/// The shared-memory parts a session drives: the generator it opens and closes, and the status
+/// it publishes.
+#[derive(Clone, Copy)]
+pub struct Slot<'a> {
+    pub generator: &'a GeneratorState,
+    pub status: &'a LeaseStatus,
+    pub layout: Layout,
+}
+
+pub struct Session<'a, S: LeaseStore, E: Env> {
+    generator: &'a GeneratorState,
+    status: &'a LeaseStatus,
+    layout: Layout,
+    holder: Holder,
+    /// `cosid.database`, named in the messages about a store in it.
+    database: String,
+    store: S,
+    env: E,
+    /// The timings in force: the settings at start, then each valid reload.
+    timing: LeaseTiming,
+    held: Option<Held>,
+    pending_release: Option<PendingRelease>,
+    /// The token of the claim being made, kept until one succeeds (see the rules above).
+    claim_token: Option<u64>,
+    /// Monotonic time of the next renewal (or claim).
+    next_renewal_ms: u64,
+    next_state_write_ms: u64,
+    /// The last line logged through [`Session::note`], so that a repeated condition is logged
+    /// once.
+    last_logged: String,
+}
+
+impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
+    /// A session that holds nothing yet; the generator stays closed until a claim succeeds.
+    /// `timing` are the settings as they are now: a reload since the server checked them may
+    /// have made them unsafe, and delays that could let the lease lapse are shortened.
+    pub fn new(
+        slot: Slot<'a>,
+        holder: Holder,
+        database: &str,
+        store: S,
+        env: E,
+        timing: LeaseTiming,
+    ) -> Session<'a, S, E> {
+        let mut session = Session {
+            generator: slot.generator,
+            status: slot.status,
+            layout: slot.layout,
+            holder,
+            database: database.to_string(),
+            store,
+            env,
+            timing,
+            held: None,
+            pending_release: None,
+            claim_token: None,
+            next_renewal_ms: 0,
+            next_state_write_ms: 0,
+            last_logged: String::new(),
+        };
+        if let Err(why) = timing.validate() {
+            session.note(
+                LogLevel::Warning,
+                format!("cosid: shortening the lease delays: {why}"),
+            );
+        }
+        session.timing = timing.clamped();
+        session.publish_timing();
+        session
+    }
+
+    /// The machine id held, if any.
+    pub fn held(&self) -> Option<Held> {
+        self.held
+    }
+
+    pub fn timing(&self) -> LeaseTiming {
+        self.timing
+    }
+
+    /// After a reload: timings that could let the lease lapse between renewals are refused, and
+    /// the ones in force are kept.
+    pub fn reload(&mut self, timing: LeaseTiming) {
+        match timing.validate() {
+            Ok(()) => {
+                self.timing = timing;
+                self.publish_timing();
+            }
+            Err(why) => self.note(
+                LogLevel::Warning,
+                format!("cosid: ignoring the reloaded lease settings: {why}"),
+            ),
+        }
+    }
+
+    /// Logs a line unless it is the one logged last.
+    pub fn note(&mut self, level: LogLevel, line: String) {
+        if line != self.last_logged {
+            self.env.log(level, &line);
+            self.last_logged = line;
+        }
+    }
+
+    /// When the session next has something to do, on the monotonic clock.
+    pub fn next_wake_ms(&self) -> u64 {
+        let mut wake = self.next_renewal_ms;
+        if self.holder.stable && self.held.is_some() {
+            wake = wake.min(self.next_state_write_ms);
+        }
+        wake
+    }
+
+    /// Claims when nothing is held; otherwise renews and writes the state file when due.
+    pub fn step(&mut self) {
+        if self.held.is_none() {
+            self.claim();
+            return;
+        }
+        let now = self.env.monotonic_ms();
+        if now >= self.next_renewal_ms {
+            self.renew();
+        }
+        if self.holder.stable && now >= self.next_state_write_ms {
+            self.write_state_file(false);
+        }
+    }
+
+    /// Stops the generator, and releases the machine id with the exact last timestamp issued.
+    pub fn shutdown(&mut self) {
+        self.generator.close();
+        let status = self.status;
+        if let Some(held) = self.held {
+            let last_ms = self.last_issued_ms();
+            if self.holder.stable {
+                self.write_state_file(true);
+            }
+            self.arm_store_timeout();
+            match self
+                .store
+                .release(&self.holder, held.machine_id, held.token, last_ms)
+            {
+                Ok(true) => self.env.log(
+                    LogLevel::Log,
+                    &format!(
+                        "cosid: released machine id {} in namespace \"{}\" with watermark {}",
+                        held.machine_id,
+                        self.holder.namespace,
+                        format_unix_ms(last_ms)
+                    ),
+                ),
+                Ok(false) => {}
+                Err(why) => self.env.log(
+                    LogLevel::Warning,
+                    &format!(
+                        "cosid: could not release machine id {} in namespace \"{}\": {why}; it frees itself when its lease expires",
+                        held.machine_id, self.holder.namespace
+                    ),
+                ),
+            }
+            self.set_held(None);
+            status.set_watermark_ms(last_ms);
+        }
+        status.set_state(LeaseState::Stopped);
+        status.set_problem(LeaseProblem::ShuttingDown);
+    }
+
+    /// Shows the timings in force in the status.
+    fn publish_timing(&self) {
+        self.status
+            .set_timing_ms(self.timing.safe_guard_ms, self.timing.guarder_delay_ms);
+    }
+
+    fn set_held(&mut self, held: Option<Held>) {
+        self.held = held;
+        self.status
+            .set_held(held.map(|held| (held.machine_id, held.token)));
+    }
+
+    /// A call must end well before the lease could lapse; at shutdown (the release), a store
+    /// that does not answer must not hold the server up for long.
+    fn arm_store_timeout(&mut self) {
+        let delay = self.timing.guarder_delay_ms;
+        let mut timeout = Duration::from_millis(delay.clamp(500, 10_000));
+        if self.env.shutdown_requested() {
+            timeout = timeout.min(SHUTDOWN_CALL_TIMEOUT);
+        }
+        self.store.set_timeout(timeout);
+    }
+
+    fn set_problem(&mut self, state: LeaseState, problem: LeaseProblem, text: String) {
+        self.status.set_state(state);
+        self.status.set_problem(problem);
+        self.status.last_error.store(&text);
+        self.note(LogLevel::Warning, format!("cosid: {text}"));
+    }
+
+    fn claim(&mut self) {
+        self.next_renewal_ms = self.env.monotonic_ms() + CLAIM_RETRY_MS;
+        if let Some(pending) = self.pending_release {
+            // Until it is released, the machine id is held under a claim nobody renews.
+            self.arm_store_timeout();
+            let released = self.store.release(
+                &self.holder,
+                pending.held.machine_id,
+                pending.held.token,
+                pending.watermark_ms,
+            );
+            if released.is_err() {
+                return;
+            }
+            self.pending_release = None;
+        }
+        let state_record = if self.holder.stable {
+            match self.env.read_state() {
+                Ok(record) => record,
+                Err(unusable) => {
+                    return self.set_problem(
+                        LeaseState::Stopped,
+                        LeaseProblem::StateFile,
+                        format!(
+                            "{unusable}; not claiming a machine id until it is restored or removed"
+                        ),
+                    );
+                }
+            }
+        } else {
+            None
+        };
+        self.arm_store_timeout();
+        match self.store.readiness() {
+            Ok(Readiness::Ready) => {}
+            Ok(not_ready) => {
+                let (problem, text) = self.not_ready(not_ready);
+                return self.set_problem(LeaseState::Stopped, problem, text);
+            }
+            Err(why) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::StoreError,
+                    format!("cannot reach the lease table: {why}"),
+                );
+            }
+        }
+        let timing = self.timing;
+        let token = match self.claim_token {
+            Some(token) => token,
+            None => *self.claim_token.insert(self.env.random_u64()),
+        };
+        let sent_ms = self.env.monotonic_ms();
+        let watermark_ms = timing.watermark_ms(self.env.unix_ms());
+        self.arm_store_timeout();
+        let outcome = self
+            .store
+            .claim(&self.holder, timing.safe_guard_ms, token, watermark_ms);
+        let (machine_id, how, previous_watermark_ms, expires_at_ms, store_now_ms) = match outcome {
+            Ok(ClaimOutcome::Claimed {
+                machine_id,
+                how,
+                previous_watermark_ms,
+                expires_at_ms,
+                store_now_ms,
+            }) => (
+                machine_id,
+                how,
+                previous_watermark_ms,
+                expires_at_ms,
+                store_now_ms,
+            ),
+            Ok(refused) => {
+                let (problem, text) = self.refused(refused);
+                return self.set_problem(LeaseState::Claiming, problem, text);
+            }
+            Err(why) => {
+                return self.set_problem(
+                    LeaseState::Claiming,
+                    LeaseProblem::StoreError,
+                    format!("claiming a machine id failed: {why}"),
+                );
+            }
+        };
+        let held = Held { machine_id, token };
+
+        let previous = self.honoured_watermark(state_record.as_ref(), machine_id, previous_watermark_ms);
+        let broken = self.env.broken_threshold_ms();
+        let now_ms = self.env.unix_ms();
+        match watermark_wait(previous, now_ms, broken) {
+            WatermarkWait::Ready => {}
+            WatermarkWait::Wait { ms } => self.env.sleep_ms(ms),
+            WatermarkWait::TooFarAhead { ahead_ms } => {
+                // Give the machine id back as it was: nothing was issued under this claim.
+                self.arm_store_timeout();
+                let released =
+                    self.store
+                        .release(&self.holder, machine_id, token, previous_watermark_ms);
+                if released.is_err() {
+                    self.pending_release = Some(PendingRelease {
+                        held,
+                        watermark_ms: previous_watermark_ms,
+                    });
+                }
+                return self.set_problem(
+                    LeaseState::ClockBehind,
+                    LeaseProblem::ClockBehind,
+                    format!(
+                        "machine id {machine_id} of namespace \"{}\" has a watermark {ahead_ms} ms ahead of this server's clock, more than cosid.clock_backwards_broken_threshold ({broken} ms); gave it back",
+                        self.holder.namespace
+                    ),
+                );
+            }
+        }
+        if self.env.shutdown_requested() {
+            self.arm_store_timeout();
+            let _ = self
+                .store
+                .release(&self.holder, machine_id, token, previous_watermark_ms);
+            return;
+        }
+        // Reopening the machine id this generator last used must not lower its floor (a store
+        // that forgot the watermark, rows deleted by hand).
+        let mut floor_ticks = self.layout.unix_ms_to_ticks(previous).unwrap_or(0);
+        if let Some(last) = self.layout.decompose(self.generator.last_word()) {
+            if last.machine_id == machine_id {
+                floor_ticks = floor_ticks.max(last.ticks);
+            }
+        }
+
+        self.claim_token = None;
+        self.set_held(Some(held));
+        self.status
+            .set_renewed(store_now_ms, expires_at_ms, watermark_ms);
+        self.publish_limits(sent_ms, watermark_ms);
+        // Backends enforce the watermark too, on their own clock reads: nothing is issued at or
+        // before it, and a clock still behind it counts as a step back. The protocol's decoder
+        // checked the machine id against the machine bits; were it refused anyway, the generator
+        // would stay closed, which refuses ids.
+        let opened = self.generator.open(&self.layout, machine_id, floor_ticks);
+        debug_assert!(opened.is_ok());
+        self.status.set_problem(LeaseProblem::None);
+        self.status.last_error.store("");
+        self.status.set_state(LeaseState::Up);
+        self.next_renewal_ms = sent_ms + timing.guarder_initial_delay_ms;
+        self.next_state_write_ms = 0;
+        self.note(
+            LogLevel::Log,
+            format!(
+                "cosid: leased machine id {machine_id} in namespace \"{}\" as \"{}\" ({how})",
+                self.holder.namespace, self.holder.instance_id
+            ),
+        );
+    }
+
+    /// Why the store cannot be claimed from yet, and what fixes it.
+    fn not_ready(&self, readiness: Readiness) -> (LeaseProblem, String) {
+        let remote = self.store.is_remote();
+        let database = &self.database;
+        let version = env!("CARGO_PKG_VERSION");
+        match readiness {
+            Readiness::Ready => (LeaseProblem::None, String::new()),
+            Readiness::ReadOnly => (
+                LeaseProblem::Standby,
+                format!(
+                    "this server is a hot standby; the lease table in database \"{database}\" is read-only until it is promoted"
+                ),
+            ),
+            Readiness::NoExtension if remote => (
+                LeaseProblem::NoExtension,
+                "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql, or CREATE EXTENSION cosid there".to_string(),
+            ),
+            Readiness::NoExtension => (
+                LeaseProblem::NoExtension,
+                format!("waiting for the extension: run CREATE EXTENSION cosid in database \"{database}\""),
+            ),
+            Readiness::Outdated if remote => (
+                LeaseProblem::NoExtension,
+                format!(
+                    "waiting for the lease store in cosid.lease_store to be updated: it has an older version's protocol than this server's cosid {version}; run the store's update script (sql/lease_store--<old>--<new>.sql) there"
+                ),
+            ),
+            Readiness::Outdated => (
+                LeaseProblem::NoExtension,
+                format!(
+                    "waiting for the extension's update: its SQL objects in database \"{database}\" are older than this server's cosid {version}; run ALTER EXTENSION cosid UPDATE there"
+                ),
+            ),
+        }
+    }
+
+    /// Why a claim took no machine id.
+    fn refused(&self, outcome: ClaimOutcome) -> (LeaseProblem, String) {
+        let holder = &self.holder;
+        let namespace = &holder.namespace;
+        match outcome {
+            ClaimOutcome::Busy {
+                machine_id,
+                expires_at_ms,
+            } => (
+                LeaseProblem::OwnLeaseLive,
+                format!(
+                    "machine id {machine_id} of namespace \"{namespace}\" is leased to this instance id (\"{}\") under an earlier claim, live until {}: waiting for it to expire, since whoever made that claim (this server before a crash, or another server with the same instance id) may still be generating",
+                    holder.instance_id,
+                    format_unix_ms(expires_at_ms)
+                ),
+            ),
+            ClaimOutcome::Exhausted => (
+                LeaseProblem::Exhausted,
+                format!(
+                    "no machine id left in namespace \"{namespace}\": all {} ids of {} machine bits are held",
+                    1u64 << holder.machine_bits,
+                    holder.machine_bits
+                ),
+            ),
+            ClaimOutcome::Contended => (
+                LeaseProblem::StoreError,
+                "claiming a machine id failed: other claims kept changing the lease table; trying again".to_string(),
+            ),
+            ClaimOutcome::LayoutMismatch => (
+                LeaseProblem::LayoutMismatch,
+                format!(
+                    "namespace \"{namespace}\" has live leases with another id layout than this server's ({}): servers of one namespace must share one layout, or their ids can coincide",
+                    holder.layout
+                ),
+            ),
+            ClaimOutcome::Claimed { .. } => (LeaseProblem::None, String::new()),
+        }
+    }
+
+    /// A stable instance also honours the floor in its local state file (`record`, read before
+    /// the claim): its last timestamp, plus `cosid.local_state_interval` unless it was written at
+    /// a clean shutdown. It covers a lease table that forgot its watermark (restored, recreated,
+    /// rows deleted). A record of another namespace or machine id says nothing about this one.
+    fn honoured_watermark(
+        &mut self,
+        record: Option<&StateRecord>,
+        machine_id: u32,
+        store_watermark_ms: i64,
+    ) -> i64 {
+        match record {
+            Some(record)
+                if record.namespace == self.holder.namespace && record.machine_id == machine_id =>
+            {
+                store_watermark_ms.max(self.env.state_floor_ms(record))
+            }
+            _ => store_watermark_ms,
+        }
+    }
+
+    /// Raises the generator's bound to the watermark just written, and moves its deadline to
+    /// the one of the renewal sent at `sent_ms`. With fail-fast off, neither is enforced: the
+    /// generator keeps going while renewals fail (unsafe, as documented), but a lost lease still
+    /// stops it.
+    fn publish_limits(&mut self, sent_ms: u64, watermark_ms: i64) {
+        let generator = self.generator;
+        if !self.env.fail_fast() {
+            generator.set_tick_bound(u64::MAX);
+            generator.set_deadline_ms(u64::MAX);
+            return;
+        }
+        let bound = self
+            .layout
+            .unix_ms_to_ticks(watermark_ms)
+            .unwrap_or(self.layout.max_ticks());
+        let current = generator.tick_bound();
+        if current == u64::MAX || bound > current || !generator.is_open() {
+            generator.set_tick_bound(bound);
+        }
+        generator.set_deadline_ms(self.timing.deadline_ms(sent_ms));
+    }
+
+    fn renew(&mut self) {
+        let Some(held) = self.held else {
+            return;
+        };
+        let timing = self.timing;
+        let sent_ms = self.env.monotonic_ms();
+        self.next_renewal_ms = sent_ms + timing.guarder_delay_ms;
+        let watermark_ms = timing.watermark_ms(self.env.unix_ms());
+        self.arm_store_timeout();
+        let renewed = self.store.renew(
+            &self.holder,
+            held.machine_id,
+            held.token,
+            timing.safe_guard_ms,
+            watermark_ms,
+        );
+        let namespace = &self.holder.namespace;
+        let machine_id = held.machine_id;
+        match renewed {
+            Ok(Some(renewed)) => {
+                self.status
+                    .set_renewed(renewed.store_now_ms, renewed.expires_at_ms, watermark_ms);
+                self.publish_limits(sent_ms, watermark_ms);
+                if self.status.state() != LeaseState::Up {
+                    self.status.set_problem(LeaseProblem::None);
+                    self.status.last_error.store("");
+                    self.status.set_state(LeaseState::Up);
+                    let line = format!(
+                        "cosid: lease of machine id {machine_id} in namespace \"{}\" renewed",
+                        self.holder.namespace
+                    );
+                    self.note(LogLevel::Log, line);
+                }
+            }
+            Ok(None) => {
+                // Somebody else may hold the machine id now: stop at once, fail-fast or not.
+                let text = format!(
+                    "lease of machine id {machine_id} in namespace \"{namespace}\" was lost: the lease table no longer shows it held by \"{}\" with this claim; claiming again",
+                    self.holder.instance_id
+                );
+                self.generator.close();
+                self.set_held(None);
+                self.next_renewal_ms = 0;
+                self.set_problem(LeaseState::Lost, LeaseProblem::Lost, text);
+            }
+            Err(why) => {
+                let text = format!(
+                    "renewing the lease of machine id {machine_id} in namespace \"{namespace}\" failed: {why}"
+                );
+                self.set_problem(LeaseState::Down, LeaseProblem::StoreError, text);
+            }
+        }
+    }
+
+    /// The timestamp of the last id issued (or the floor, if none was): exact once the generator
+    /// is closed.
+    fn last_issued_ms(&self) -> i64 {
+        self.generator.last_timestamp_ms(&self.layout)
+    }
+
+    /// Writes the floor a restart must honour: the last timestamp issued, padded for what may be
+    /// issued before the next write; once the generator is `closed`, the exact last timestamp.
+    fn write_state_file(&mut self, closed: bool) {
+        let Some(held) = self.held else {
+            return;
+        };
+        let interval_ms = self.env.local_state_interval_ms();
+        self.next_state_write_ms = self.env.monotonic_ms() + interval_ms;
+        let last_ms = self.last_issued_ms();
+        let pad_ms = (!closed).then_some(interval_ms);
+        let written =
+            self.env
+                .write_state(&self.holder.namespace, held.machine_id, last_ms, pad_ms);
+        if let Err(why) = written {
+            self.note(LogLevel::Warning, format!("cosid: {why}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generator::{BackwardsPolicy, Clock, GenerateError, GeneratorConfig};
+    use crate::layout::TimeUnit;
+    use crate::protocol::{Call, Value};
+    use std::collections::VecDeque;
+
+    const EPOCH_MS: i64 = 1_577_203_200_000;
+    const START_WALL_MS: i64 = 1_700_000_000_000;
+    const START_MONO_MS: u64 = 50_000;
+    const TOKEN: u64 = 0xfeed;
+
+    type Answer = Result<Vec<Vec<Value>>, String>;
+
+    /// A store that answers each kind of call from its own script and records every call.
+    #[derive(Default)]
+    struct ScriptedStore {
+        remote: bool,
+        read_only: bool,
+        readiness: VecDeque<Answer>,
+        claims: VecDeque<Answer>,
+        renewals: VecDeque<Answer>,
+        releases: VecDeque<Answer>,
+        calls: Vec<Call>,
+        timeouts: Vec<Duration>,
+    }
+
+    impl ScriptedStore {
+        fn calls_of(&self, function: &str) -> Vec<&Call> {
+            self.calls
+                .iter()
+                .filter(|call| call.sql.contains(&format!("cosid.{function}($")))
+                .collect()
+        }
+    }
+
+    impl LeaseStore for ScriptedStore {
+        fn is_remote(&self) -> bool {
+            self.remote
+        }
+        fn set_timeout(&mut self, timeout: Duration) {
+            self.timeouts.push(timeout);
+        }
+        fn readiness(&mut self) -> Result<Readiness, String> {
+            if self.read_only {
+                return Ok(Readiness::ReadOnly);
+            }
+            self.installed_protocol()
+        }
+        fn run(&mut self, call: &Call) -> Answer {
+            self.calls.push(call.clone());
+            let (queue, default) = if call.sql.contains("to_regprocedure") {
+                (&mut self.readiness, Some(bools(&[true, true])))
+            } else if call.sql.contains("cosid.lease_claim($") {
+                (&mut self.claims, None)
+            } else if call.sql.contains("lease_renew") {
+                (&mut self.renewals, Some(renewed(1_000)))
+            } else {
+                (&mut self.releases, Some(bools(&[true])))
+            };
+            match queue.pop_front() {
+                Some(answer) => answer,
+                None => Ok(default.unwrap_or_else(|| panic!("no answer scripted for {call:?}"))),
+            }
+        }
+    }
+
+    fn bools(values: &[bool]) -> Vec<Vec<Value>> {
+        vec![values.iter().map(|v| Value::Bool(*v)).collect()]
+    }
+
+    fn renewed(expires_in_ms: i64) -> Vec<Vec<Value>> {
+        vec![vec![
+            Value::BigInt(START_WALL_MS + expires_in_ms),
+            Value::BigInt(START_WALL_MS),
+        ]]
+    }
+
+    fn claimed(how: &str, machine_id: i32, previous_watermark_ms: i64) -> Answer {
+        Ok(vec![vec![
+            Value::Text(how.into()),
+            Value::Int(machine_id),
+            Value::BigInt(previous_watermark_ms),
+            Value::BigInt(START_WALL_MS + 4_000),
+            Value::BigInt(START_WALL_MS),
+        ]])
+    }
+
+    fn refused(outcome: &str, machine_id: Value) -> Answer {
+        Ok(vec![vec![
+            Value::Text(outcome.into()),
+            machine_id,
+            Value::Null,
+            Value::BigInt(START_WALL_MS + 3_000),
+            Value::BigInt(START_WALL_MS),
+        ]])
+    }
+
+    /// Clocks that move only when told to (or when the session sleeps), and everything else the
+    /// session asks of its process, recorded.
+    struct ScriptedEnv {
+        mono_ms: u64,
+        wall_ms: i64,
+        shutdown: bool,
+        shutdown_when_sleeping: bool,
+        randoms: VecDeque<u64>,
+        logs: Vec<(LogLevel, String)>,
+        sleeps: Vec<u64>,
+        fail_fast: bool,
+        broken_threshold_ms: u64,
+        interval_ms: u64,
+        state: Result<Option<StateRecord>, String>,
+        writes: Vec<(String, u32, i64, Option<u64>)>,
+        write_error: Option<String>,
+    }
+
+    impl Default for ScriptedEnv {
+        fn default() -> Self {
+            ScriptedEnv {
+                mono_ms: START_MONO_MS,
+                wall_ms: START_WALL_MS,
+                shutdown: false,
+                shutdown_when_sleeping: false,
+                randoms: VecDeque::from([TOKEN, TOKEN + 1, TOKEN + 2]),
+                logs: Vec::new(),
+                sleeps: Vec::new(),
+                fail_fast: true,
+                broken_threshold_ms: 500,
+                interval_ms: 1_000,
+                state: Ok(None),
+                writes: Vec::new(),
+                write_error: None,
+            }
+        }
+    }
+
+    impl ScriptedEnv {
+        fn advance(&mut self, ms: u64) {
+            self.mono_ms += ms;
+            self.wall_ms += ms as i64;
+        }
+    }
+
+    impl Env for ScriptedEnv {
+        fn monotonic_ms(&mut self) -> u64 {
+            self.mono_ms
+        }
+        fn unix_ms(&mut self) -> i64 {
+            self.wall_ms
+        }
+        fn sleep_ms(&mut self, ms: u64) {
+            self.sleeps.push(ms);
+            self.advance(ms);
+            self.shutdown |= self.shutdown_when_sleeping;
+        }
+        fn shutdown_requested(&mut self) -> bool {
+            self.shutdown
+        }
+        fn random_u64(&mut self) -> u64 {
+            self.randoms.pop_front().expect("a random number")
+        }
+        fn log(&mut self, level: LogLevel, line: &str) {
+            self.logs.push((level, line.to_string()));
+        }
+        fn fail_fast(&mut self) -> bool {
+            self.fail_fast
+        }
+        fn broken_threshold_ms(&mut self) -> u64 {
+            self.broken_threshold_ms
+        }
+        fn local_state_interval_ms(&mut self) -> u64 {
+            self.interval_ms
+        }
+        fn read_state(&mut self) -> Result<Option<StateRecord>, String> {
+            self.state.clone()
+        }
+        fn state_floor_ms(&mut self, record: &StateRecord) -> i64 {
+            record.floor_ms
+        }
+        fn write_state(
+            &mut self,
+            namespace: &str,
+            machine_id: u32,
+            last_ms: i64,
+            pad_ms: Option<u64>,
+        ) -> Result<(), String> {
+            self.writes
+                .push((namespace.to_string(), machine_id, last_ms, pad_ms));
+            self.write_error.clone().map_or(Ok(()), Err)
+        }
+    }
+
+    /// The generator's clock in the tests: reads the session's scripted wall clock.
+    struct FixedClock {
+        wall_ms: i64,
+        mono_ms: u64,
+    }
+
+    impl Clock for FixedClock {
+        fn unix_ms(&mut self) -> i64 {
+            self.wall_ms
+        }
+        fn monotonic_ms(&mut self) -> u64 {
+            self.mono_ms
+        }
+        fn spin(&mut self) {
+            self.wall_ms += 1;
+        }
+        fn sleep_ms(&mut self, ms: u64) {
+            self.wall_ms += ms as i64;
+        }
+        fn backwards_policy(&mut self) -> BackwardsPolicy {
+            BackwardsPolicy::default()
+        }
+    }
+
+    fn layout() -> Layout {
+        Layout::new(EPOCH_MS, TimeUnit::Millisecond, 41, 3, 12).unwrap()
+    }
+
+    fn timing() -> LeaseTiming {
+        LeaseTiming {
+            safe_guard_ms: 4_000,
+            guarder_delay_ms: 1_000,
+            guarder_initial_delay_ms: 1_000,
+        }
+    }
+
+    fn holder(stable: bool) -> Holder {
+        Holder::new("orders", &layout(), "db1:5432:7", stable)
+    }
+
+    /// The shared memory a session drives, as backends would see it.
+    struct Shared {
+        generator: GeneratorState,
+        status: LeaseStatus,
+    }
+
+    impl Shared {
+        fn new() -> Shared {
+            Shared {
+                generator: GeneratorState::closed(),
+                status: LeaseStatus::new(),
+            }
+        }
+
+        fn session(&self, store: ScriptedStore, env: ScriptedEnv) -> TestSession<'_> {
+            self.session_with(store, env, holder(false), timing())
+        }
+
+        fn session_with(
+            &self,
+            store: ScriptedStore,
+            env: ScriptedEnv,
+            holder: Holder,
+            timing: LeaseTiming,
+        ) -> TestSession<'_> {
+            let slot = Slot {
+                generator: &self.generator,
+                status: &self.status,
+                layout: layout(),
+            };
+            Session::new(slot, holder, "app", store, env, timing)
+        }
+
+        /// One id, as a backend would issue it at `wall_ms`, `mono_ms`.
+        fn next_id(&self, wall_ms: i64, mono_ms: u64) -> Result<i64, GenerateError> {
+            let config = GeneratorConfig {
+                layout: layout(),
+                sequence_reset_threshold: 0,
+            };
+            self.generator
+                .next_id(&config, &mut FixedClock { wall_ms, mono_ms })
+        }
+    }
+
+    type TestSession<'a> = Session<'a, ScriptedStore, ScriptedEnv>;
+
+    fn store_with_claims(claims: impl IntoIterator<Item = Answer>) -> ScriptedStore {
+        ScriptedStore {
+            claims: claims.into_iter().collect(),
+            ..ScriptedStore::default()
+        }
+    }
+
+    fn ticks(unix_ms: i64) -> u64 {
+        layout().unix_ms_to_ticks(unix_ms).unwrap()
+    }
+
+    fn last_log(session: &TestSession<'_>) -> String {
+        session.env.logs.last().map(|(_, line)| line.clone()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_new_machine_id_opens_the_generator_with_the_claims_limits() {
+        let shared = Shared::new();
+        let mut session =
+            shared.session(store_with_claims([claimed("new", 5, 0)]), ScriptedEnv::default());
+        session.step();
+
+        assert_eq!(
+            session.held(),
+            Some(Held {
+                machine_id: 5,
+                token: TOKEN
+            })
+        );
+        let status = &shared.status;
+        assert_eq!(status.state(), LeaseState::Up);
+        assert_eq!(status.problem(), LeaseProblem::None);
+        assert_eq!(status.held(), Some((5, TOKEN)));
+        assert_eq!(status.watermark_ms(), START_WALL_MS + 4_000);
+        assert_eq!(status.expires_at_ms(), START_WALL_MS + 4_000);
+        assert_eq!(status.timing_ms(), Some((4_000, 1_000)));
+        // Deadline: sent + safe guard - margin (400 ms); bound: the watermark written.
+        assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 3_600);
+        assert_eq!(shared.generator.tick_bound(), ticks(START_WALL_MS + 4_000));
+        assert_eq!(session.next_wake_ms(), START_MONO_MS + 1_000);
+        assert_eq!(
+            last_log(&session),
+            "cosid: leased machine id 5 in namespace \"orders\" as \"db1:5432:7\" (new)"
+        );
+
+        // The claim carried the holder, the safe guard, the token and the watermark, in order.
+        let claim = session.store.calls_of("lease_claim")[0].params.clone();
+        assert_eq!(claim[0], crate::protocol::Param::Text("orders".into()));
+        assert_eq!(claim[1], crate::protocol::Param::Int(3));
+        assert_eq!(claim[4], crate::protocol::Param::BigInt(4_000));
+        assert_eq!(claim[5], crate::protocol::Param::Text(format!("{TOKEN:016x}")));
+        assert_eq!(claim[6], crate::protocol::Param::BigInt(START_WALL_MS + 4_000));
+
+        let id = shared.next_id(START_WALL_MS + 10, START_MONO_MS + 10).unwrap();
+        let parts = layout().decompose(id).unwrap();
+        assert_eq!(parts.machine_id, 5);
+        assert_eq!(parts.ticks, ticks(START_WALL_MS + 10));
+        // Past the deadline, backends refuse.
+        assert_eq!(
+            shared.next_id(START_WALL_MS + 20, START_MONO_MS + 3_600),
+            Err(GenerateError::DeadlinePassed)
+        );
+    }
+
+    #[test]
+    fn own_released_and_expired_machine_ids_open_alike() {
+        for how in ["own", "released", "expired"] {
+            let shared = Shared::new();
+            let mut session =
+                shared.session(store_with_claims([claimed(how, 2, 0)]), ScriptedEnv::default());
+            session.step();
+            assert_eq!(shared.status.state(), LeaseState::Up, "{how}");
+            assert!(shared.generator.is_open(), "{how}");
+            assert!(last_log(&session).ends_with(&format!("({how})")), "{how}");
+        }
+    }
+
+    #[test]
+    fn a_watermark_ahead_of_the_clock_is_waited_out_and_becomes_the_floor() {
+        let shared = Shared::new();
+        let watermark = START_WALL_MS + 300;
+        let mut session = shared.session(
+            store_with_claims([claimed("released", 1, watermark)]),
+            ScriptedEnv::default(),
+        );
+        session.step();
+        assert_eq!(session.env.sleeps, vec![301]);
+        assert_eq!(shared.status.state(), LeaseState::Up);
+        // Nothing at or before the watermark, even with a clock read behind it.
+        let floor = layout().decompose(shared.generator.last_word()).unwrap();
+        assert_eq!(floor.ticks, ticks(watermark));
+        let id = shared.next_id(watermark + 1, START_MONO_MS + 400).unwrap();
+        assert!(layout().decompose(id).unwrap().ticks > ticks(watermark));
+    }
+
+    #[test]
+    fn a_watermark_beyond_the_broken_threshold_is_given_back_exactly() {
+        let shared = Shared::new();
+        let watermark = START_WALL_MS + 10_000;
+        let mut session = shared.session(
+            store_with_claims([claimed("expired", 4, watermark)]),
+            ScriptedEnv::default(),
+        );
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::ClockBehind);
+        assert_eq!(shared.status.problem(), LeaseProblem::ClockBehind);
+        assert!(!shared.generator.is_open());
+        assert_eq!(session.held(), None);
+        assert!(session.env.sleeps.is_empty());
+        let release = &session.store.calls_of("lease_release")[0].params;
+        assert_eq!(release[1], crate::protocol::Param::Int(4));
+        assert_eq!(release[4], crate::protocol::Param::BigInt(watermark));
+        assert_eq!(
+            shared.status.last_error.load(),
+            "machine id 4 of namespace \"orders\" has a watermark 10001 ms ahead of this server's clock, more than cosid.clock_backwards_broken_threshold (500 ms); gave it back"
+        );
+    }
+
+    #[test]
+    fn a_failed_give_back_is_released_before_the_next_claim() {
+        let shared = Shared::new();
+        let watermark = START_WALL_MS + 10_000;
+        let mut store = store_with_claims([claimed("expired", 4, watermark), claimed("new", 6, 0)]);
+        store.releases = VecDeque::from([
+            Err("connection reset".to_string()),
+            Err("still down".to_string()),
+        ]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::ClockBehind);
+        // The release fails again: nothing is claimed meanwhile.
+        session.env.advance(1_000);
+        session.step();
+        assert_eq!(session.store.calls_of("lease_claim").len(), 1);
+        // It succeeds: the machine id goes back with its watermark, then a claim is made.
+        session.env.advance(1_000);
+        session.step();
+        let releases = session.store.calls_of("lease_release");
+        assert_eq!(releases.len(), 3);
+        assert_eq!(releases[2].params[4], crate::protocol::Param::BigInt(watermark));
+        assert_eq!(session.store.calls_of("lease_claim").len(), 2);
+        assert_eq!(session.held().map(|held| held.machine_id), Some(6));
+    }
+
+    #[test]
+    fn refusals_say_why_and_claim_again_a_second_later() {
+        let cases = [
+            (
+                refused("busy", Value::Int(2)),
+                LeaseProblem::OwnLeaseLive,
+                "machine id 2 of namespace \"orders\" is leased to this instance id (\"db1:5432:7\") under an earlier claim, live until 2023-11-14 22:13:23.000+00",
+            ),
+            (
+                refused("exhausted", Value::Null),
+                LeaseProblem::Exhausted,
+                "no machine id left in namespace \"orders\": all 8 ids of 3 machine bits are held",
+            ),
+            (
+                refused("contended", Value::Null),
+                LeaseProblem::StoreError,
+                "claiming a machine id failed: other claims kept changing the lease table; trying again",
+            ),
+            (
+                refused("layout", Value::Null),
+                LeaseProblem::LayoutMismatch,
+                "namespace \"orders\" has live leases with another id layout than this server's (epoch 1577203200000 ms, millisecond, 41/3/12 bits)",
+            ),
+        ];
+        for (answer, problem, text) in cases {
+            let shared = Shared::new();
+            let mut session = shared.session(store_with_claims([answer]), ScriptedEnv::default());
+            session.step();
+            assert_eq!(shared.status.state(), LeaseState::Claiming, "{text}");
+            assert_eq!(shared.status.problem(), problem, "{text}");
+            assert!(shared.status.last_error.load().starts_with(text), "{text}");
+            assert!(!shared.generator.is_open());
+            assert_eq!(session.held(), None);
+            assert_eq!(session.next_wake_ms(), START_MONO_MS + CLAIM_RETRY_MS);
+            assert_eq!(session.env.logs.len(), 1);
+            assert_eq!(session.env.logs[0].0, LogLevel::Warning);
+        }
+    }
+
+    #[test]
+    fn a_machine_id_beyond_the_machine_bits_is_an_error_not_an_id() {
+        let shared = Shared::new();
+        let mut session =
+            shared.session(store_with_claims([claimed("new", 8, 0)]), ScriptedEnv::default());
+        session.step();
+        assert!(!shared.generator.is_open());
+        assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
+        let error = shared.status.last_error.load();
+        assert!(
+            error.starts_with("claiming a machine id failed: the lease store answered machine id 8, outside 0 to 7 (3 machine bits)"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_claim_whose_answer_was_lost_is_sent_again_with_the_same_token() {
+        let shared = Shared::new();
+        let mut store = store_with_claims([
+            Err("the lease store did not answer a call (1000 ms allowed) in time".to_string()),
+            Err("connection refused".to_string()),
+            claimed("own", 3, 0),
+            claimed("new", 1, 0),
+        ]);
+        store.renewals = VecDeque::from([Ok(vec![])]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        for _ in 0..3 {
+            session.step();
+            session.env.advance(1_000);
+        }
+        assert_eq!(session.held().map(|held| held.machine_id), Some(3));
+        // A lost lease, and the claim after it: a new token.
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Lost);
+        session.step();
+        let tokens: Vec<_> = session
+            .store
+            .calls_of("lease_claim")
+            .iter()
+            .map(|call| call.params[5].clone())
+            .collect();
+        let text = |token: u64| crate::protocol::Param::Text(format!("{token:016x}"));
+        assert_eq!(tokens, vec![text(TOKEN), text(TOKEN), text(TOKEN), text(TOKEN + 1)]);
+        assert_eq!(
+            session.held(),
+            Some(Held {
+                machine_id: 1,
+                token: TOKEN + 1
+            })
+        );
+    }
+
+    #[test]
+    fn store_errors_while_claiming_are_reported_and_logged_once() {
+        let shared = Shared::new();
+        let mut store = store_with_claims([]);
+        store.readiness = VecDeque::from([
+            Err("could not connect".to_string()),
+            Err("could not connect".to_string()),
+        ]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        session.env.advance(1_000);
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Claiming);
+        assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
+        assert_eq!(
+            shared.status.last_error.load(),
+            "cannot reach the lease table: could not connect"
+        );
+        assert_eq!(session.env.logs.len(), 1);
+        assert!(session.store.calls_of("lease_claim").is_empty());
+    }
+
+    #[test]
+    fn a_store_not_ready_is_waited_for_with_the_fix_in_the_message() {
+        let cases: [(bool, bool, [bool; 2], LeaseProblem, &str); 5] = [
+            (false, true, [true, true], LeaseProblem::Standby, "this server is a hot standby; the lease table in database \"app\" is read-only until it is promoted"),
+            (false, false, [false, false], LeaseProblem::NoExtension, "waiting for the extension: run CREATE EXTENSION cosid in database \"app\""),
+            (true, false, [false, false], LeaseProblem::NoExtension, "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql"),
+            (false, false, [false, true], LeaseProblem::NoExtension, "waiting for the extension's update: its SQL objects in database \"app\" are older than this server's cosid"),
+            (true, false, [false, true], LeaseProblem::NoExtension, "waiting for the lease store in cosid.lease_store to be updated"),
+        ];
+        for (remote, read_only, protocol, problem, text) in cases {
+            let shared = Shared::new();
+            let mut store = store_with_claims([]);
+            store.remote = remote;
+            store.read_only = read_only;
+            store.readiness = VecDeque::from([Ok(bools(&protocol))]);
+            let mut session = shared.session(store, ScriptedEnv::default());
+            session.step();
+            assert_eq!(shared.status.state(), LeaseState::Stopped, "{text}");
+            assert_eq!(shared.status.problem(), problem, "{text}");
+            let error = shared.status.last_error.load();
+            assert!(error.starts_with(text), "{error}");
+            assert!(session.store.calls_of("lease_claim").is_empty());
+        }
+    }
+
+    #[test]
+    fn renewals_move_the_deadline_and_raise_the_bound() {
+        let shared = Shared::new();
+        let mut session =
+            shared.session(store_with_claims([claimed("new", 5, 0)]), ScriptedEnv::default());
+        session.step();
+        // Not due yet: nothing is sent.
+        session.env.advance(999);
+        session.step();
+        assert!(session.store.calls_of("lease_renew").is_empty());
+        session.env.advance(1);
+        session.step();
+        let renewal = &session.store.calls_of("lease_renew")[0].params;
+        assert_eq!(renewal[1], crate::protocol::Param::Int(5));
+        assert_eq!(renewal[3], crate::protocol::Param::Text(format!("{TOKEN:016x}")));
+        assert_eq!(renewal[5], crate::protocol::Param::BigInt(START_WALL_MS + 1_000 + 4_000));
+        assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 1_000 + 3_600);
+        assert_eq!(shared.generator.tick_bound(), ticks(START_WALL_MS + 5_000));
+        assert_eq!(shared.status.watermark_ms(), START_WALL_MS + 5_000);
+        assert_eq!(session.next_wake_ms(), START_MONO_MS + 2_000);
+        assert_eq!(shared.status.state(), LeaseState::Up);
+    }
+
+    #[test]
+    fn a_failed_renewal_keeps_the_old_deadline_and_recovers() {
+        let shared = Shared::new();
+        let mut store = store_with_claims([claimed("new", 5, 0)]);
+        store.renewals = VecDeque::from([Err("the lease store did not answer in time".into())]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        session.env.advance(1_000);
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Down);
+        assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
+        assert_eq!(
+            shared.status.last_error.load(),
+            "renewing the lease of machine id 5 in namespace \"orders\" failed: the lease store did not answer in time"
+        );
+        // Still open, until the claim's own deadline.
+        assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 3_600);
+        assert!(shared.next_id(START_WALL_MS + 1_001, START_MONO_MS + 1_001).is_ok());
+        assert_eq!(
+            shared.next_id(START_WALL_MS + 3_600, START_MONO_MS + 3_600),
+            Err(GenerateError::DeadlinePassed)
+        );
+        session.env.advance(1_000);
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Up);
+        assert_eq!(shared.status.last_error.load(), "");
+        assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 2_000 + 3_600);
+        assert_eq!(
+            last_log(&session),
+            "cosid: lease of machine id 5 in namespace \"orders\" renewed"
+        );
+    }
+
+    #[test]
+    fn a_lost_lease_closes_the_generator_at_once_and_claims_again() {
+        for fail_fast in [true, false] {
+            let shared = Shared::new();
+            let mut store = store_with_claims([claimed("new", 5, 0), claimed("new", 6, 0)]);
+            store.renewals = VecDeque::from([Ok(vec![])]);
+            let env = ScriptedEnv {
+                fail_fast,
+                ..ScriptedEnv::default()
+            };
+            let mut session = shared.session(store, env);
+            session.step();
+            session.env.advance(1_000);
+            session.step();
+            assert!(!shared.generator.is_open());
+            assert_eq!(
+                shared.next_id(START_WALL_MS + 1_001, START_MONO_MS + 1_001),
+                Err(GenerateError::Closed)
+            );
+            assert_eq!(shared.status.state(), LeaseState::Lost);
+            assert_eq!(shared.status.held(), None);
+            assert_eq!(session.held(), None);
+            assert!(shared.status.last_error.load().contains("was lost"));
+            session.step();
+            assert_eq!(session.held().map(|held| held.machine_id), Some(6));
+        }
+    }
+
+    #[test]
+    fn without_fail_fast_nothing_bounds_the_generator() {
+        let shared = Shared::new();
+        let env = ScriptedEnv {
+            fail_fast: false,
+            ..ScriptedEnv::default()
+        };
+        let mut session = shared.session(store_with_claims([claimed("new", 5, 0)]), env);
+        session.step();
+        assert_eq!(shared.generator.deadline_ms(), u64::MAX);
+        assert_eq!(shared.generator.tick_bound(), u64::MAX);
+    }
+
+    #[test]
+    fn shutdown_releases_with_the_exact_last_timestamp() {
+        let shared = Shared::new();
+        let mut session =
+            shared.session(store_with_claims([claimed("new", 5, 0)]), ScriptedEnv::default());
+        session.step();
+        let last = shared.next_id(START_WALL_MS + 1_234, START_MONO_MS + 10).unwrap();
+        session.env.shutdown = true;
+        session.shutdown();
+        assert!(!shared.generator.is_open());
+        let last_ms = layout().ticks_to_unix_ms(layout().decompose(last).unwrap().ticks);
+        assert_eq!(last_ms, START_WALL_MS + 1_234);
+        let release = &session.store.calls_of("lease_release")[0].params;
+        assert_eq!(release[4], crate::protocol::Param::BigInt(last_ms));
+        assert_eq!(shared.status.watermark_ms(), last_ms);
+        assert_eq!(shared.status.state(), LeaseState::Stopped);
+        assert_eq!(shared.status.problem(), LeaseProblem::ShuttingDown);
+        assert_eq!(shared.status.held(), None);
+        assert_eq!(session.store.timeouts.last(), Some(&Duration::from_millis(1_000)));
+        assert!(last_log(&session).starts_with(
+            "cosid: released machine id 5 in namespace \"orders\" with watermark 2023-11-14 22:13:21.234+00"
+        ));
+    }
+
+    #[test]
+    fn a_shutdown_during_the_watermark_wait_gives_the_machine_id_back_unopened() {
+        let shared = Shared::new();
+        let watermark = START_WALL_MS + 300;
+        let env = ScriptedEnv {
+            shutdown_when_sleeping: true,
+            ..ScriptedEnv::default()
+        };
+        let mut session = shared.session(store_with_claims([claimed("released", 1, watermark)]), env);
+        session.step();
+        assert!(!shared.generator.is_open());
+        assert_eq!(session.held(), None);
+        let release = &session.store.calls_of("lease_release")[0].params;
+        assert_eq!(release[4], crate::protocol::Param::BigInt(watermark));
+        assert_eq!(
+            session.store.timeouts.last(),
+            Some(&SHUTDOWN_CALL_TIMEOUT.min(Duration::from_millis(1_000)))
+        );
+    }
+
+    #[test]
+    fn a_failed_release_at_shutdown_is_logged() {
+        let shared = Shared::new();
+        let mut store = store_with_claims([claimed("new", 5, 0)]);
+        store.releases = VecDeque::from([Err("connection refused".into())]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        session.shutdown();
+        assert_eq!(session.env.logs.last().unwrap().0, LogLevel::Warning);
+        assert!(last_log(&session).ends_with("connection refused; it frees itself when its lease expires"));
+        assert_eq!(shared.status.state(), LeaseState::Stopped);
+    }
+
+    #[test]
+    fn store_calls_are_bounded_by_the_renewal_period() {
+        for (delay, expected) in [(100, 500), (1_000, 1_000), (60_000, 10_000)] {
+            let shared = Shared::new();
+            let timing = LeaseTiming {
+                safe_guard_ms: 300_000,
+                guarder_delay_ms: delay,
+                guarder_initial_delay_ms: delay,
+            };
+            let mut session = shared.session_with(
+                store_with_claims([claimed("new", 5, 0)]),
+                ScriptedEnv::default(),
+                holder(false),
+                timing,
+            );
+            session.step();
+            assert!(session
+                .store
+                .timeouts
+                .iter()
+                .all(|t| *t == Duration::from_millis(expected)));
+        }
+    }
+
+    #[test]
+    fn reopening_the_same_machine_id_never_lowers_its_floor() {
+        let shared = Shared::new();
+        let mut store = store_with_claims([claimed("new", 5, 0), claimed("own", 5, 0)]);
+        store.renewals = VecDeque::from([Ok(vec![])]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        let issued = shared.next_id(START_WALL_MS + 900, START_MONO_MS + 5).unwrap();
+        session.env.advance(1_000);
+        session.step(); // lost
+        session.step(); // the same machine id again, its watermark forgotten by the store
+        let floor = layout().decompose(shared.generator.last_word()).unwrap();
+        assert_eq!(floor.ticks, layout().decompose(issued).unwrap().ticks);
+        let next = shared.next_id(START_WALL_MS + 900, START_MONO_MS + 1_005);
+        assert!(next.map_or(true, |id| id > issued));
+    }
+
+    fn record(namespace: &str, machine_id: u32, floor_ms: i64) -> StateRecord {
+        StateRecord {
+            namespace: namespace.to_string(),
+            machine_id,
+            floor_ms,
+            written: None,
+        }
+    }
+
+    #[test]
+    fn a_stable_instance_honours_its_state_file_floor() {
+        let shared = Shared::new();
+        let env = ScriptedEnv {
+            state: Ok(Some(record("orders", 5, START_WALL_MS + 200))),
+            ..ScriptedEnv::default()
+        };
+        let mut session = shared.session_with(
+            store_with_claims([claimed("own", 5, START_WALL_MS - 10)]),
+            env,
+            holder(true),
+            timing(),
+        );
+        session.step();
+        assert_eq!(session.env.sleeps, vec![201]);
+        let floor = layout().decompose(shared.generator.last_word()).unwrap();
+        assert_eq!(floor.ticks, ticks(START_WALL_MS + 200));
+
+        // A record of another machine id or namespace says nothing about this one.
+        for other in [record("orders", 4, START_WALL_MS + 200), record("users", 5, START_WALL_MS + 200)] {
+            let shared = Shared::new();
+            let env = ScriptedEnv {
+                state: Ok(Some(other)),
+                ..ScriptedEnv::default()
+            };
+            let mut session = shared.session_with(
+                store_with_claims([claimed("own", 5, 0)]),
+                env,
+                holder(true),
+                timing(),
+            );
+            session.step();
+            assert!(session.env.sleeps.is_empty());
+        }
+    }
+
+    #[test]
+    fn an_unusable_state_file_stops_claiming() {
+        let shared = Shared::new();
+        let env = ScriptedEnv {
+            state: Err("the state file \"/data/cosid.state\" is truncated".into()),
+            ..ScriptedEnv::default()
+        };
+        let mut session =
+            shared.session_with(store_with_claims([]), env, holder(true), timing());
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Stopped);
+        assert_eq!(shared.status.problem(), LeaseProblem::StateFile);
+        assert_eq!(
+            shared.status.last_error.load(),
+            "the state file \"/data/cosid.state\" is truncated; not claiming a machine id until it is restored or removed"
+        );
+        assert!(session.store.calls.is_empty());
+    }
+
+    #[test]
+    fn a_stable_instance_writes_its_floor_padded_then_exact_at_shutdown() {
+        let shared = Shared::new();
+        let mut session = shared.session_with(
+            store_with_claims([claimed("new", 5, 0)]),
+            ScriptedEnv::default(),
+            holder(true),
+            timing(),
+        );
+        session.step();
+        assert_eq!(session.next_wake_ms(), 0);
+        session.step();
+        // Nothing issued yet: the floor it was opened with, the watermark found (none: the epoch).
+        let floor_ms = EPOCH_MS;
+        assert_eq!(
+            session.env.writes,
+            vec![("orders".to_string(), 5, floor_ms, Some(1_000))]
+        );
+        assert_eq!(session.next_wake_ms(), START_MONO_MS + 1_000);
+        let last = shared.next_id(START_WALL_MS + 77, START_MONO_MS + 5).unwrap();
+        let last_ms = layout().ticks_to_unix_ms(layout().decompose(last).unwrap().ticks);
+        session.env.write_error = Some("could not write the state file".into());
+        session.shutdown();
+        assert_eq!(session.env.writes[1], ("orders".to_string(), 5, last_ms, None));
+        assert!(session
+            .env
+            .logs
+            .iter()
+            .any(|(level, line)| *level == LogLevel::Warning
+                && line == "cosid: could not write the state file"));
+    }
+
+    #[test]
+    fn unsafe_timings_are_shortened_at_start_and_refused_at_reload() {
+        let shared = Shared::new();
+        let unsafe_timing = LeaseTiming {
+            safe_guard_ms: 4_000,
+            guarder_delay_ms: 60_000,
+            guarder_initial_delay_ms: 60_000,
+        };
+        let mut session = shared.session_with(
+            store_with_claims([]),
+            ScriptedEnv::default(),
+            holder(false),
+            unsafe_timing,
+        );
+        assert_eq!(session.timing(), unsafe_timing.clamped());
+        assert_eq!(shared.status.timing_ms(), Some((4_000, 1_200)));
+        assert!(last_log(&session).starts_with("cosid: shortening the lease delays:"));
+
+        session.reload(unsafe_timing);
+        assert_eq!(session.timing(), unsafe_timing.clamped());
+        assert!(last_log(&session).starts_with("cosid: ignoring the reloaded lease settings:"));
+        let logged = session.env.logs.len();
+        session.reload(unsafe_timing);
+        assert_eq!(session.env.logs.len(), logged, "a repeated line is logged once");
+
+        session.reload(timing());
+        assert_eq!(session.timing(), timing());
+        assert_eq!(shared.status.timing_ms(), Some((4_000, 1_000)));
+    }
+}
