@@ -1,31 +1,10 @@
 //! The generator's clock inside a server: the wall clock for timestamps, a monotonic clock to
-//! bound waits, and waits that let a cancelled query or a terminated backend go.
+//! bound waits, waits that let a cancelled query or a terminated backend go, and the clock step
+//! back thresholds in force in shared memory.
 
-use crate::generator::{BackwardsPolicy, Clock};
+use crate::host::{boottime_ms, unix_ms_now};
+use cosid_core::generator::{BackwardsPolicy, Clock};
 use pgrx::pg_sys;
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The wall clock in Unix milliseconds (negative before 1970, as a stepped clock may be).
-pub fn unix_ms_now() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(since) => since.as_millis() as i64,
-        Err(before) => -(before.duration().as_millis() as i64),
-    }
-}
-
-/// Milliseconds since boot on CLOCK_BOOTTIME: the same in every process, never stepped, and,
-/// unlike `Instant`, still running while the machine is suspended, so that a lease deadline
-/// counted on it passes during a suspend too.
-pub fn boottime_ms() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the buffer we own; CLOCK_BOOTTIME exists on
-    // every Linux this extension builds for, so it cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
-    now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000
-}
 
 pub struct ServerClock;
 

@@ -8,11 +8,11 @@
 //! a message that names the setting and the range; combinations are checked by
 //! [`server_settings`], whose error stops the server from starting.
 
-use crate::distributor::{self, DistributorKind, NoMachineId};
 use crate::error::CosidError;
-use crate::generator::{BackwardsPolicy, GeneratorConfig};
-use crate::layout::{self, Layout, LayoutError, TimeUnit};
-use crate::lease::LeaseTiming;
+use cosid_core::distributor::{self, DistributorKind, NoMachineId};
+use cosid_core::generator::{BackwardsPolicy, GeneratorConfig};
+use cosid_core::layout::{self, Layout, LayoutError, TimeUnit};
+use cosid_core::lease::LeaseTiming;
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::ffi::{CStr, CString};
@@ -66,11 +66,11 @@ static MACHINE_BITS: GucSetting<i32> = GucSetting::<i32>::new(layout::DEFAULT_MA
 static SEQUENCE_BITS: GucSetting<i32> =
     GucSetting::<i32>::new(layout::DEFAULT_SEQUENCE_BITS as i32);
 static SEQUENCE_RESET_THRESHOLD: GucSetting<i32> =
-    GucSetting::<i32>::new(crate::generator::DEFAULT_SEQUENCE_RESET_THRESHOLD as i32);
+    GucSetting::<i32>::new(cosid_core::generator::DEFAULT_SEQUENCE_RESET_THRESHOLD as i32);
 static CLOCK_BACKWARDS_SPIN_THRESHOLD: GucSetting<i32> =
-    GucSetting::<i32>::new(crate::generator::DEFAULT_SPIN_THRESHOLD_MS as i32);
+    GucSetting::<i32>::new(cosid_core::generator::DEFAULT_SPIN_THRESHOLD_MS as i32);
 static CLOCK_BACKWARDS_BROKEN_THRESHOLD: GucSetting<i32> =
-    GucSetting::<i32>::new(crate::generator::DEFAULT_BROKEN_THRESHOLD_MS as i32);
+    GucSetting::<i32>::new(cosid_core::generator::DEFAULT_BROKEN_THRESHOLD_MS as i32);
 
 /// Defines the settings. The reloadable ones are defined in every process that loads the
 /// library; the server-start ones only while preloading, because PostgreSQL refuses to define
@@ -443,7 +443,7 @@ fn control_character(name: &str, what: &str, value: &str) -> Option<CosidError> 
 /// Reads and checks the server-start settings together.
 pub fn server_settings() -> Result<ServerSettings, CosidError> {
     let layout = layout_setting()?;
-    clock_within_layout(&layout, crate::clock::unix_ms_now())?;
+    clock_within_layout(&layout, crate::host::unix_ms_now())?;
     let namespace = string_setting(&NAMESPACE);
     if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
         return Err(
@@ -567,7 +567,7 @@ fn lease_settings() -> Result<LeaseSettings, CosidError> {
         })?;
     let lease_store = Some(string_setting(&LEASE_STORE)).filter(|text| !text.trim().is_empty());
     if let Some(conninfo) = &lease_store {
-        crate::remote_store::check(conninfo).map_err(|why| {
+        crate::store::remote::check(conninfo).map_err(|why| {
             // The value is never quoted: it may hold a password.
             CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
                 .detail(format!("{why}."))

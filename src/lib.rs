@@ -5,18 +5,14 @@
 //! `sql`, `local_state` and `state_worker` (the durable floor of a fixed machine id), and for
 //! leased machine ids `worker`, `lease_store` (local) and `remote_store` (shared).
 
-pub use cosid_core::{conninfo, distributor, generator, layout, lease, protocol, state_file};
-
 mod clock;
 mod error;
 mod guc;
-mod lease_store;
+mod host;
 mod local_state;
-mod remote_store;
 mod shmem;
 mod sql;
-mod state_worker;
-mod text_arg;
+mod store;
 mod worker;
 
 use error::CosidError;
@@ -42,8 +38,8 @@ pub extern "C-unwind" fn _PG_init() {
         .detail(why.detail())
         .hint(why.hint())
         .log(PgLogLevel::WARNING),
-        guc::MachineSource::Leased(_) => worker::register(),
-        guc::MachineSource::Fixed(_) => state_worker::register(),
+        guc::MachineSource::Leased(_) => worker::lease::register(),
+        guc::MachineSource::Fixed(_) => worker::state::register(),
     }
     shmem::init(settings);
 }

@@ -8,8 +8,8 @@
 //! floor: the callers refuse to generate (fixed machine id) or to claim (stable instance), and
 //! nothing writes over it.
 
-use crate::clock::{boottime_ms, unix_ms_now};
-use crate::state_file::{StateRecord, Written};
+use crate::host::{boottime_ms, unix_ms_now};
+use cosid_core::state_file::{StateRecord, Written};
 
 const STATE_FILE: &str = "cosid.state";
 
@@ -108,8 +108,12 @@ pub fn read() -> Result<Option<StateRecord>, Unusable> {
 /// of another namespace or machine id says nothing about this one (the configuration changed).
 pub fn floor_ms(record: Option<&StateRecord>, namespace: &str, machine_id: u32) -> Option<i64> {
     let record = record?;
-    (record.namespace == namespace && record.machine_id == machine_id)
-        .then(|| record.floor_now_ms(boottime_ms(), &boot_id()))
+    (record.namespace == namespace && record.machine_id == machine_id).then(|| floor_now_ms(record))
+}
+
+/// The floor `record` stands for now, on this boot and these clocks.
+pub fn floor_now_ms(record: &StateRecord) -> i64 {
+    record.floor_now_ms(boottime_ms(), &boot_id())
 }
 
 fn boot_id() -> String {

@@ -41,217 +41,20 @@
 //! meanwhile is covered by the lease watermark, or for a fixed machine id by the floor in the
 //! local state file (`local_state.rs`).
 
-use crate::distributor::DistributorKind;
 use crate::error::CosidError;
-use crate::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
 use crate::guc::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
-use crate::lease::{self, LeaseState};
+use crate::host;
+use cosid_core::distributor::DistributorKind;
+use cosid_core::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
+use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
-use std::sync::atomic::{
-    fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// How many generators one server can hold.
 pub const MAX_GENERATORS: usize = 8;
 pub const DEFAULT_GENERATOR: usize = 0;
-
-/// Text that one process writes and any reads, without a lock (see the protocol above).
-#[repr(C)]
-pub struct AtomicText<const WORDS: usize> {
-    version: AtomicU64,
-    len: AtomicU64,
-    words: [AtomicU64; WORDS],
-}
-
-impl<const WORDS: usize> AtomicText<WORDS> {
-    const fn new() -> Self {
-        AtomicText {
-            version: AtomicU64::new(0),
-            len: AtomicU64::new(0),
-            words: [const { AtomicU64::new(0) }; WORDS],
-        }
-    }
-
-    /// Only one process may call this (the worker); text beyond the capacity is cut.
-    pub fn store(&self, text: &str) {
-        let mut bytes = text.as_bytes();
-        if bytes.len() > WORDS * 8 {
-            let mut cut = WORDS * 8;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            bytes = &bytes[..cut];
-        }
-        self.version.fetch_add(1, Ordering::AcqRel);
-        fence(Ordering::Release);
-        for (index, word) in self.words.iter().enumerate() {
-            let mut chunk = [0u8; 8];
-            let from = (index * 8).min(bytes.len());
-            let to = (from + 8).min(bytes.len());
-            chunk[..to - from].copy_from_slice(&bytes[from..to]);
-            word.store(u64::from_le_bytes(chunk), Ordering::Relaxed);
-        }
-        self.len.store(bytes.len() as u64, Ordering::Relaxed);
-        self.version.fetch_add(1, Ordering::Release);
-    }
-
-    pub fn load(&self) -> String {
-        loop {
-            let before = self.version.load(Ordering::Acquire);
-            if before % 2 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let len = (self.len.load(Ordering::Relaxed) as usize).min(WORDS * 8);
-            let mut bytes = Vec::with_capacity(WORDS * 8);
-            for word in &self.words {
-                bytes.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
-            }
-            fence(Ordering::Acquire);
-            if self.version.load(Ordering::Relaxed) == before {
-                bytes.truncate(len);
-                return String::from_utf8_lossy(&bytes).into_owned();
-            }
-        }
-    }
-}
-
-/// Why a leased generator is not generating, for `cosid_next()`'s error.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum LeaseProblem {
-    None = 0,
-    Exhausted = 1,
-    LayoutMismatch = 2,
-    ClockBehind = 3,
-    StoreError = 4,
-    Standby = 5,
-    NoExtension = 6,
-    Lost = 7,
-    ShuttingDown = 8,
-    OwnLeaseLive = 9,
-    /// The local state file cannot be read exactly: its floor is unknown.
-    StateFile = 10,
-}
-
-impl LeaseProblem {
-    fn from_u8(value: u8) -> LeaseProblem {
-        match value {
-            1 => LeaseProblem::Exhausted,
-            2 => LeaseProblem::LayoutMismatch,
-            3 => LeaseProblem::ClockBehind,
-            4 => LeaseProblem::StoreError,
-            5 => LeaseProblem::Standby,
-            6 => LeaseProblem::NoExtension,
-            7 => LeaseProblem::Lost,
-            8 => LeaseProblem::ShuttingDown,
-            9 => LeaseProblem::OwnLeaseLive,
-            10 => LeaseProblem::StateFile,
-            _ => LeaseProblem::None,
-        }
-    }
-}
-
-/// The lease of a slot whose machine id is leased, as the worker last saw it.
-#[repr(C)]
-pub struct LeaseStatus {
-    state: AtomicU8,
-    problem: AtomicU8,
-    /// The machine id held, or -1.
-    machine_id: AtomicI32,
-    /// The random token of the current claim.
-    claim_token: AtomicU64,
-    /// Store-clock times, Unix ms; `i64::MIN` when unknown.
-    expires_at_ms: AtomicI64,
-    last_renewed_at_ms: AtomicI64,
-    /// The watermark last written to the store, Unix ms.
-    watermark_ms: AtomicI64,
-    /// Lease workers started since the worker last connected to `cosid.database`: a worker that
-    /// cannot connect ends with a FATAL error, and the next one waits longer before trying.
-    pub connect_attempts: AtomicU32,
-    /// The lease timings in force (the worker's, after its checks of every reload), in ms;
-    /// 0 until the worker has started.
-    safe_guard_ms: AtomicU64,
-    guarder_delay_ms: AtomicU64,
-    pub last_error: AtomicText<64>,
-}
-
-pub const UNKNOWN_TIME: i64 = i64::MIN;
-
-impl LeaseStatus {
-    const fn new() -> LeaseStatus {
-        LeaseStatus {
-            state: AtomicU8::new(LeaseState::Claiming as u8),
-            problem: AtomicU8::new(LeaseProblem::None as u8),
-            machine_id: AtomicI32::new(-1),
-            claim_token: AtomicU64::new(0),
-            expires_at_ms: AtomicI64::new(UNKNOWN_TIME),
-            last_renewed_at_ms: AtomicI64::new(UNKNOWN_TIME),
-            watermark_ms: AtomicI64::new(UNKNOWN_TIME),
-            connect_attempts: AtomicU32::new(0),
-            safe_guard_ms: AtomicU64::new(0),
-            guarder_delay_ms: AtomicU64::new(0),
-            last_error: AtomicText::new(),
-        }
-    }
-
-    pub fn state(&self) -> LeaseState {
-        LeaseState::from_u8(self.state.load(Ordering::Acquire))
-    }
-    pub fn set_state(&self, state: LeaseState) {
-        self.state.store(state as u8, Ordering::Release);
-    }
-    pub fn problem(&self) -> LeaseProblem {
-        LeaseProblem::from_u8(self.problem.load(Ordering::Acquire))
-    }
-    pub fn set_problem(&self, problem: LeaseProblem) {
-        self.problem.store(problem as u8, Ordering::Release);
-    }
-    /// The machine id and claim token held, if any.
-    pub fn held(&self) -> Option<(u32, u64)> {
-        let machine_id = self.machine_id.load(Ordering::Acquire);
-        (machine_id >= 0).then(|| (machine_id as u32, self.claim_token.load(Ordering::Acquire)))
-    }
-    pub fn set_held(&self, held: Option<(u32, u64)>) {
-        match held {
-            Some((machine_id, token)) => {
-                self.claim_token.store(token, Ordering::Release);
-                self.machine_id.store(machine_id as i32, Ordering::Release);
-            }
-            None => self.machine_id.store(-1, Ordering::Release),
-        }
-    }
-    pub fn expires_at_ms(&self) -> i64 {
-        self.expires_at_ms.load(Ordering::Acquire)
-    }
-    pub fn last_renewed_at_ms(&self) -> i64 {
-        self.last_renewed_at_ms.load(Ordering::Acquire)
-    }
-    pub fn watermark_ms(&self) -> i64 {
-        self.watermark_ms.load(Ordering::Acquire)
-    }
-    pub fn set_renewed(&self, renewed_at_ms: i64, expires_at_ms: i64, watermark_ms: i64) {
-        self.last_renewed_at_ms
-            .store(renewed_at_ms, Ordering::Release);
-        self.expires_at_ms.store(expires_at_ms, Ordering::Release);
-        self.watermark_ms.store(watermark_ms, Ordering::Release);
-    }
-    /// The safe guard and the renewal period in force, in ms; `None` before the worker started.
-    pub fn timing_ms(&self) -> Option<(u64, u64)> {
-        let safe_guard = self.safe_guard_ms.load(Ordering::Relaxed);
-        (safe_guard > 0).then(|| (safe_guard, self.guarder_delay_ms.load(Ordering::Relaxed)))
-    }
-    pub fn set_timing_ms(&self, safe_guard_ms: u64, guarder_delay_ms: u64) {
-        self.safe_guard_ms.store(safe_guard_ms, Ordering::Relaxed);
-        self.guarder_delay_ms
-            .store(guarder_delay_ms, Ordering::Relaxed);
-    }
-    pub fn set_watermark_ms(&self, watermark_ms: i64) {
-        self.watermark_ms.store(watermark_ms, Ordering::Release);
-    }
-}
 
 #[repr(C)]
 pub struct GeneratorSlot {
@@ -377,7 +180,7 @@ fn fresh_state() -> SharedState {
         MachineSource::Fixed(machine_id) => {
             let layout = &settings.config.layout;
             let now_ticks = layout
-                .unix_ms_to_ticks(crate::clock::unix_ms_now())
+                .unix_ms_to_ticks(crate::host::unix_ms_now())
                 .unwrap_or(0);
             // The durable floor the state writer left: ids issued before a crash stay below
             // everything issued after it, even if the clock was stepped back meanwhile. A file
@@ -417,10 +220,10 @@ fn fresh_state() -> SharedState {
             let instance_id = match &lease_settings.instance_id {
                 Some(id) => id.clone(),
                 None => lease::default_instance_id(
-                    &host_name(),
-                    postmaster_port(),
+                    &host::host_name(),
+                    host::postmaster_port(),
                     std::process::id(),
-                    (!lease_settings.stable).then(random_u32),
+                    (!lease_settings.stable).then(host::random_u32),
                 ),
             };
             let bytes = &instance_id.as_bytes()[..instance_id.len().min(MAX_INSTANCE_ID_LEN)];
@@ -430,33 +233,6 @@ fn fresh_state() -> SharedState {
         }
     }
     state
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_string())
-        .unwrap_or_else(|_| "localhost".to_string())
-}
-
-fn postmaster_port() -> u16 {
-    // SAFETY: PostPortNumber is set from the `port` setting before shared memory is created.
-    unsafe { pg_sys::PostPortNumber as u16 }
-}
-
-/// A random number from PostgreSQL's strong random source.
-pub fn random_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    // SAFETY: pg_strong_random fills exactly the 8 bytes of the buffer we pass.
-    let filled = unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) };
-    if !filled {
-        // Not reached on Linux; a time-derived value still differs between claims.
-        return crate::clock::boottime_ms() ^ (std::process::id() as u64) << 40;
-    }
-    u64::from_le_bytes(bytes)
-}
-
-fn random_u32() -> u32 {
-    random_u64() as u32
 }
 
 pub fn is_preloaded() -> bool {

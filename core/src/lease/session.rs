@@ -380,7 +380,8 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         };
         let held = Held { machine_id, token };
 
-        let previous = self.honoured_watermark(state_record.as_ref(), machine_id, previous_watermark_ms);
+        let previous =
+            self.honoured_watermark(state_record.as_ref(), machine_id, previous_watermark_ms);
         let broken = self.env.broken_threshold_ms();
         let now_ms = self.env.unix_ms();
         match watermark_wait(previous, now_ms, broken) {
@@ -936,14 +937,21 @@ mod tests {
     }
 
     fn last_log(session: &TestSession<'_>) -> String {
-        session.env.logs.last().map(|(_, line)| line.clone()).unwrap_or_default()
+        session
+            .env
+            .logs
+            .last()
+            .map(|(_, line)| line.clone())
+            .unwrap_or_default()
     }
 
     #[test]
     fn a_new_machine_id_opens_the_generator_with_the_claims_limits() {
         let shared = Shared::new();
-        let mut session =
-            shared.session(store_with_claims([claimed("new", 5, 0)]), ScriptedEnv::default());
+        let mut session = shared.session(
+            store_with_claims([claimed("new", 5, 0)]),
+            ScriptedEnv::default(),
+        );
         session.step();
 
         assert_eq!(
@@ -974,10 +982,18 @@ mod tests {
         assert_eq!(claim[0], crate::protocol::Param::Text("orders".into()));
         assert_eq!(claim[1], crate::protocol::Param::Int(3));
         assert_eq!(claim[4], crate::protocol::Param::BigInt(4_000));
-        assert_eq!(claim[5], crate::protocol::Param::Text(format!("{TOKEN:016x}")));
-        assert_eq!(claim[6], crate::protocol::Param::BigInt(START_WALL_MS + 4_000));
+        assert_eq!(
+            claim[5],
+            crate::protocol::Param::Text(format!("{TOKEN:016x}"))
+        );
+        assert_eq!(
+            claim[6],
+            crate::protocol::Param::BigInt(START_WALL_MS + 4_000)
+        );
 
-        let id = shared.next_id(START_WALL_MS + 10, START_MONO_MS + 10).unwrap();
+        let id = shared
+            .next_id(START_WALL_MS + 10, START_MONO_MS + 10)
+            .unwrap();
         let parts = layout().decompose(id).unwrap();
         assert_eq!(parts.machine_id, 5);
         assert_eq!(parts.ticks, ticks(START_WALL_MS + 10));
@@ -992,8 +1008,10 @@ mod tests {
     fn own_released_and_expired_machine_ids_open_alike() {
         for how in ["own", "released", "expired"] {
             let shared = Shared::new();
-            let mut session =
-                shared.session(store_with_claims([claimed(how, 2, 0)]), ScriptedEnv::default());
+            let mut session = shared.session(
+                store_with_claims([claimed(how, 2, 0)]),
+                ScriptedEnv::default(),
+            );
             session.step();
             assert_eq!(shared.status.state(), LeaseState::Up, "{how}");
             assert!(shared.generator.is_open(), "{how}");
@@ -1063,7 +1081,10 @@ mod tests {
         session.step();
         let releases = session.store.calls_of("lease_release");
         assert_eq!(releases.len(), 3);
-        assert_eq!(releases[2].params[4], crate::protocol::Param::BigInt(watermark));
+        assert_eq!(
+            releases[2].params[4],
+            crate::protocol::Param::BigInt(watermark)
+        );
         assert_eq!(session.store.calls_of("lease_claim").len(), 2);
         assert_eq!(session.held().map(|held| held.machine_id), Some(6));
     }
@@ -1110,8 +1131,10 @@ mod tests {
     #[test]
     fn a_machine_id_beyond_the_machine_bits_is_an_error_not_an_id() {
         let shared = Shared::new();
-        let mut session =
-            shared.session(store_with_claims([claimed("new", 8, 0)]), ScriptedEnv::default());
+        let mut session = shared.session(
+            store_with_claims([claimed("new", 8, 0)]),
+            ScriptedEnv::default(),
+        );
         session.step();
         assert!(!shared.generator.is_open());
         assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
@@ -1149,7 +1172,10 @@ mod tests {
             .map(|call| call.params[5].clone())
             .collect();
         let text = |token: u64| crate::protocol::Param::Text(format!("{token:016x}"));
-        assert_eq!(tokens, vec![text(TOKEN), text(TOKEN), text(TOKEN), text(TOKEN + 1)]);
+        assert_eq!(
+            tokens,
+            vec![text(TOKEN), text(TOKEN), text(TOKEN), text(TOKEN + 1)]
+        );
         assert_eq!(
             session.held(),
             Some(Held {
@@ -1209,8 +1235,10 @@ mod tests {
     #[test]
     fn renewals_move_the_deadline_and_raise_the_bound() {
         let shared = Shared::new();
-        let mut session =
-            shared.session(store_with_claims([claimed("new", 5, 0)]), ScriptedEnv::default());
+        let mut session = shared.session(
+            store_with_claims([claimed("new", 5, 0)]),
+            ScriptedEnv::default(),
+        );
         session.step();
         // Not due yet: nothing is sent.
         session.env.advance(999);
@@ -1220,9 +1248,18 @@ mod tests {
         session.step();
         let renewal = &session.store.calls_of("lease_renew")[0].params;
         assert_eq!(renewal[1], crate::protocol::Param::Int(5));
-        assert_eq!(renewal[3], crate::protocol::Param::Text(format!("{TOKEN:016x}")));
-        assert_eq!(renewal[5], crate::protocol::Param::BigInt(START_WALL_MS + 1_000 + 4_000));
-        assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 1_000 + 3_600);
+        assert_eq!(
+            renewal[3],
+            crate::protocol::Param::Text(format!("{TOKEN:016x}"))
+        );
+        assert_eq!(
+            renewal[5],
+            crate::protocol::Param::BigInt(START_WALL_MS + 1_000 + 4_000)
+        );
+        assert_eq!(
+            shared.generator.deadline_ms(),
+            START_MONO_MS + 1_000 + 3_600
+        );
         assert_eq!(shared.generator.tick_bound(), ticks(START_WALL_MS + 5_000));
         assert_eq!(shared.status.watermark_ms(), START_WALL_MS + 5_000);
         assert_eq!(session.next_wake_ms(), START_MONO_MS + 2_000);
@@ -1246,7 +1283,9 @@ mod tests {
         );
         // Still open, until the claim's own deadline.
         assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 3_600);
-        assert!(shared.next_id(START_WALL_MS + 1_001, START_MONO_MS + 1_001).is_ok());
+        assert!(shared
+            .next_id(START_WALL_MS + 1_001, START_MONO_MS + 1_001)
+            .is_ok());
         assert_eq!(
             shared.next_id(START_WALL_MS + 3_600, START_MONO_MS + 3_600),
             Err(GenerateError::DeadlinePassed)
@@ -1255,7 +1294,10 @@ mod tests {
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Up);
         assert_eq!(shared.status.last_error.load(), "");
-        assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 2_000 + 3_600);
+        assert_eq!(
+            shared.generator.deadline_ms(),
+            START_MONO_MS + 2_000 + 3_600
+        );
         assert_eq!(
             last_log(&session),
             "cosid: lease of machine id 5 in namespace \"orders\" renewed"
@@ -1306,10 +1348,14 @@ mod tests {
     #[test]
     fn shutdown_releases_with_the_exact_last_timestamp() {
         let shared = Shared::new();
-        let mut session =
-            shared.session(store_with_claims([claimed("new", 5, 0)]), ScriptedEnv::default());
+        let mut session = shared.session(
+            store_with_claims([claimed("new", 5, 0)]),
+            ScriptedEnv::default(),
+        );
         session.step();
-        let last = shared.next_id(START_WALL_MS + 1_234, START_MONO_MS + 10).unwrap();
+        let last = shared
+            .next_id(START_WALL_MS + 1_234, START_MONO_MS + 10)
+            .unwrap();
         session.env.shutdown = true;
         session.shutdown();
         assert!(!shared.generator.is_open());
@@ -1321,7 +1367,10 @@ mod tests {
         assert_eq!(shared.status.state(), LeaseState::Stopped);
         assert_eq!(shared.status.problem(), LeaseProblem::ShuttingDown);
         assert_eq!(shared.status.held(), None);
-        assert_eq!(session.store.timeouts.last(), Some(&Duration::from_millis(1_000)));
+        assert_eq!(
+            session.store.timeouts.last(),
+            Some(&Duration::from_millis(1_000))
+        );
         assert!(last_log(&session).starts_with(
             "cosid: released machine id 5 in namespace \"orders\" with watermark 2023-11-14 22:13:21.234+00"
         ));
@@ -1335,7 +1384,8 @@ mod tests {
             shutdown_when_sleeping: true,
             ..ScriptedEnv::default()
         };
-        let mut session = shared.session(store_with_claims([claimed("released", 1, watermark)]), env);
+        let mut session =
+            shared.session(store_with_claims([claimed("released", 1, watermark)]), env);
         session.step();
         assert!(!shared.generator.is_open());
         assert_eq!(session.held(), None);
@@ -1356,7 +1406,8 @@ mod tests {
         session.step();
         session.shutdown();
         assert_eq!(session.env.logs.last().unwrap().0, LogLevel::Warning);
-        assert!(last_log(&session).ends_with("connection refused; it frees itself when its lease expires"));
+        assert!(last_log(&session)
+            .ends_with("connection refused; it frees itself when its lease expires"));
         assert_eq!(shared.status.state(), LeaseState::Stopped);
     }
 
@@ -1391,7 +1442,9 @@ mod tests {
         store.renewals = VecDeque::from([Ok(vec![])]);
         let mut session = shared.session(store, ScriptedEnv::default());
         session.step();
-        let issued = shared.next_id(START_WALL_MS + 900, START_MONO_MS + 5).unwrap();
+        let issued = shared
+            .next_id(START_WALL_MS + 900, START_MONO_MS + 5)
+            .unwrap();
         session.env.advance(1_000);
         session.step(); // lost
         session.step(); // the same machine id again, its watermark forgotten by the store
@@ -1429,7 +1482,10 @@ mod tests {
         assert_eq!(floor.ticks, ticks(START_WALL_MS + 200));
 
         // A record of another machine id or namespace says nothing about this one.
-        for other in [record("orders", 4, START_WALL_MS + 200), record("users", 5, START_WALL_MS + 200)] {
+        for other in [
+            record("orders", 4, START_WALL_MS + 200),
+            record("users", 5, START_WALL_MS + 200),
+        ] {
             let shared = Shared::new();
             let env = ScriptedEnv {
                 state: Ok(Some(other)),
@@ -1453,8 +1509,7 @@ mod tests {
             state: Err("the state file \"/data/cosid.state\" is truncated".into()),
             ..ScriptedEnv::default()
         };
-        let mut session =
-            shared.session_with(store_with_claims([]), env, holder(true), timing());
+        let mut session = shared.session_with(store_with_claims([]), env, holder(true), timing());
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Stopped);
         assert_eq!(shared.status.problem(), LeaseProblem::StateFile);
@@ -1484,11 +1539,16 @@ mod tests {
             vec![("orders".to_string(), 5, floor_ms, Some(1_000))]
         );
         assert_eq!(session.next_wake_ms(), START_MONO_MS + 1_000);
-        let last = shared.next_id(START_WALL_MS + 77, START_MONO_MS + 5).unwrap();
+        let last = shared
+            .next_id(START_WALL_MS + 77, START_MONO_MS + 5)
+            .unwrap();
         let last_ms = layout().ticks_to_unix_ms(layout().decompose(last).unwrap().ticks);
         session.env.write_error = Some("could not write the state file".into());
         session.shutdown();
-        assert_eq!(session.env.writes[1], ("orders".to_string(), 5, last_ms, None));
+        assert_eq!(
+            session.env.writes[1],
+            ("orders".to_string(), 5, last_ms, None)
+        );
         assert!(session
             .env
             .logs
@@ -1520,7 +1580,11 @@ mod tests {
         assert!(last_log(&session).starts_with("cosid: ignoring the reloaded lease settings:"));
         let logged = session.env.logs.len();
         session.reload(unsafe_timing);
-        assert_eq!(session.env.logs.len(), logged, "a repeated line is logged once");
+        assert_eq!(
+            session.env.logs.len(),
+            logged,
+            "a repeated line is logged once"
+        );
 
         session.reload(timing());
         assert_eq!(session.timing(), timing());

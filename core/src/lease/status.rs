@@ -207,8 +207,51 @@ impl LeaseStatus {
     }
 }
 
+impl<const WORDS: usize> Default for AtomicText<WORDS> {
+    fn default() -> Self {
+        AtomicText::new()
+    }
+}
+
 impl Default for LeaseStatus {
     fn default() -> Self {
         LeaseStatus::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_cut_at_a_character_boundary() {
+        let text: AtomicText<2> = AtomicText::new();
+        text.store("short");
+        assert_eq!(text.load(), "short");
+        text.store("0123456789abcdefXYZ");
+        assert_eq!(text.load(), "0123456789abcdef");
+        // 15 ASCII bytes and a 2-byte character: the character does not fit and is left out.
+        text.store("0123456789abcdeé");
+        assert_eq!(text.load(), "0123456789abcde");
+        text.store("");
+        assert_eq!(text.load(), "");
+    }
+
+    #[test]
+    fn status_round_trips() {
+        let status = LeaseStatus::new();
+        assert_eq!(status.state(), LeaseState::Claiming);
+        assert_eq!(status.held(), None);
+        assert_eq!(status.timing_ms(), None);
+        assert_eq!(status.expires_at_ms(), UNKNOWN_TIME);
+        status.set_held(Some((7, 0xabc)));
+        assert_eq!(status.held(), Some((7, 0xabc)));
+        status.set_held(None);
+        assert_eq!(status.held(), None);
+        status.set_timing_ms(4_000, 1_000);
+        assert_eq!(status.timing_ms(), Some((4_000, 1_000)));
+        for problem in 0..=10u8 {
+            assert_eq!(LeaseProblem::from_u8(problem) as u8, problem);
+        }
     }
 }

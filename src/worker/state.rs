@@ -7,30 +7,32 @@
 //! generator stays closed and this worker writes nothing: the file is the only record of the
 //! floor.
 
-use crate::guc::MachineSource;
-use crate::local_state;
-use crate::shmem::{self, LeaseProblem};
-use crate::worker::{apply_clock_thresholds, exit_worker, shutdown_requested};
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use super::{
+    apply_clock_thresholds, attach_signal_handlers, exit_worker, reload_if_signalled,
+    shutdown_requested, wait_latch_ms,
+};
+use crate::guc::{self, MachineSource};
+use crate::{local_state, shmem};
+use cosid_core::lease::LeaseProblem;
+use pgrx::bgworkers::BgWorkerStartTime;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::time::Duration;
 
 /// Registers the worker; only while preloading.
 pub fn register() {
-    BackgroundWorkerBuilder::new("cosid state writer")
-        .set_type("cosid state writer")
-        .set_library("cosid")
-        .set_function("cosid_state_worker_main")
-        .set_start_time(pgrx::bgworkers::BgWorkerStartTime::PostmasterStart)
-        .set_restart_time(Some(Duration::from_secs(1)))
-        .load();
+    let start = BgWorkerStartTime::PostmasterStart;
+    super::register(
+        "cosid state writer",
+        "cosid_state_worker_main",
+        start,
+        false,
+    );
 }
 
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    attach_signal_handlers();
     let (Some(settings), Ok(slot)) = (shmem::server_settings(), shmem::default_generator()) else {
         return;
     };
@@ -45,7 +47,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
             slot.lease.last_error.load()
         );
         while !shutdown_requested() {
-            if !BackgroundWorker::wait_latch(Some(Duration::from_secs(1))) {
+            if !wait_latch_ms(1_000) {
                 break;
             }
         }
@@ -59,11 +61,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     let mut ignored_thresholds = None;
     let mut reloaded = true;
     loop {
-        if BackgroundWorker::sighup_received() {
-            // SAFETY: reloading the configuration file is what a process does on SIGHUP.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-            reloaded = true;
-        }
+        reloaded |= reload_if_signalled();
         if std::mem::take(&mut reloaded) {
             let outcome = apply_clock_thresholds().err();
             if let Some(line) = outcome
@@ -74,7 +72,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
             }
             ignored_thresholds = outcome;
         }
-        let interval_ms = crate::guc::local_state_interval_ms();
+        let interval_ms = guc::local_state_interval_ms();
         let shutting_down = shutdown_requested();
         let last_ms = slot.state.last_timestamp_ms(&layout);
         // Padded at shutdown too: backends may still be issuing ids until they are gone.
@@ -90,7 +88,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
         if shutting_down {
             break;
         }
-        let woke = BackgroundWorker::wait_latch(Some(Duration::from_millis(interval_ms.max(1))));
+        let woke = wait_latch_ms(interval_ms.max(1));
         if !woke && !shutdown_requested() {
             break; // the postmaster died: nobody to write for
         }

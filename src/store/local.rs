@@ -1,5 +1,5 @@
-//! The lease store as the background worker sees it: the protocol of `sql/lease_store.sql`
-//! (claim, renew, release), called through SPI in the worker's own database. Every call runs in
+//! The lease store in the worker's own database (`cosid.database`): the calls of
+//! `cosid_core::protocol`, carried through SPI. Every call runs in
 //! its own transaction with a statement and lock timeout, and an error in it is caught and
 //! returned, so that a slow, locked or failing store never hangs the worker or ends it. Each
 //! commits durably (`synchronous_commit = local`), so that a crash cannot forget a claim.
@@ -11,22 +11,8 @@ use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 use pgrx::PgTryBuilder;
 
-use crate::protocol::{
-    self, Call, ClaimOutcome, Holder, Kind, Param, Renewed, StoreProtocol, Value,
-};
+use cosid_core::protocol::{Call, Kind, LeaseStore, Param, Readiness, Value};
 use std::time::Duration;
-
-/// Whether the store can be used yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Readiness {
-    Ready,
-    /// This server is a hot standby, and the store is its own (read-only) database.
-    ReadOnly,
-    /// `CREATE EXTENSION cosid` has not run in the database yet.
-    NoExtension,
-    /// The store has an older version's protocol: its update script has not run yet.
-    Outdated,
-}
 
 // PostgreSQL arms statement_timeout only for statements a client sends, never for SPI calls in a
 // background worker: the worker arms the timer itself. Not in pgrx's bindings (utils/timeout.h).
@@ -116,69 +102,6 @@ impl LocalStore {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
-    }
-}
-
-/// What the worker needs of a lease store: its own database through SPI ([`LocalStore`]), or a
-/// shared one over the network (`RemoteStore`). Both only carry the calls of
-/// [`crate::protocol`], which writes and decodes them once.
-pub trait LeaseStore {
-    /// Whether the store is another server's database.
-    fn is_remote(&self) -> bool;
-    /// The longest any one call may take.
-    fn set_timeout(&mut self, timeout: Duration);
-    fn readiness(&mut self) -> Result<Readiness, String> {
-        self.installed_protocol()
-    }
-
-    /// Which version's protocol the store has.
-    fn installed_protocol(&mut self) -> Result<Readiness, String> {
-        Ok(
-            match protocol::decode_readiness(&self.run(&protocol::readiness())?) {
-                Ok(StoreProtocol::Current) => Readiness::Ready,
-                Ok(StoreProtocol::Older) => Readiness::Outdated,
-                Ok(StoreProtocol::Absent) => Readiness::NoExtension,
-                Err(why) => return Err(why.to_string()),
-            },
-        )
-    }
-    /// Runs one call; its rows, each value read as the call's column says.
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String>;
-
-    fn claim(
-        &mut self,
-        holder: &Holder,
-        safe_guard_ms: u64,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<ClaimOutcome, String> {
-        let rows = self.run(&protocol::claim(holder, safe_guard_ms, token, watermark_ms))?;
-        protocol::decode_claim(&rows, holder.machine_bits).map_err(|e| e.to_string())
-    }
-
-    /// `Ok(None)`: the lease is lost.
-    fn renew(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        safe_guard_ms: u64,
-        watermark_ms: i64,
-    ) -> Result<Option<Renewed>, String> {
-        let call = protocol::renew(holder, machine_id, token, safe_guard_ms, watermark_ms);
-        protocol::decode_renew(&self.run(&call)?).map_err(|e| e.to_string())
-    }
-
-    /// Whether the lease was still this holder's.
-    fn release(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<bool, String> {
-        let call = protocol::release(holder, machine_id, token, watermark_ms);
-        protocol::decode_release(&self.run(&call)?).map_err(|e| e.to_string())
     }
 }
 

@@ -9,15 +9,18 @@
 //! stable is enough for `WHERE id >= cosid_from_timestamp(...)` to be an index range scan. Radix62
 //! depends on nothing but its argument, so it is immutable.
 
+mod text_arg;
+
 use crate::clock::ServerClock;
 use crate::error::{CosidError, OrRaise};
-use crate::generator::GenerateError;
 use crate::guc::MachineSource;
-use crate::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
-use crate::shmem::{self, LeaseProblem};
-use crate::text_arg::TextArg;
+use crate::shmem;
+use cosid_core::generator::GenerateError;
+use cosid_core::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
+use cosid_core::lease::{LeaseProblem, UNKNOWN_TIME};
 use pgrx::prelude::*;
 use std::sync::OnceLock;
+use text_arg::TextArg;
 
 /// Milliseconds from the Unix epoch to PostgreSQL's, 2000-01-01.
 const POSTGRES_EPOCH_UNIX_MS: i64 = 946_684_800_000;
@@ -229,7 +232,7 @@ fn status_rows() -> Vec<StatusRow> {
                 .map(|machine_id| machine_id as i32);
             let last_timestamp =
                 last.and_then(|parts| timestamptz(layout.ticks_to_unix_ms(parts.ticks)).ok());
-            let leased = slot.distributor() == crate::distributor::DistributorKind::Lease;
+            let leased = slot.distributor() == cosid_core::distributor::DistributorKind::Lease;
             // The timings in force: those the worker kept after checking every reload.
             let timing = lease.timing_ms().filter(|_| leased);
             let thresholds = shmem::backwards_policy();
@@ -267,7 +270,7 @@ fn status_rows() -> Vec<StatusRow> {
         .collect()
 }
 
-extension_sql_file!("../sql/lease_store.sql", name = "lease_store");
+extension_sql_file!("../../sql/lease_store.sql", name = "lease_store");
 
 // The lease rows are dumped with the database (pg_dump, pg_restore): a machine id without a row
 // counts as never used, so a restored database must keep them.
@@ -406,13 +409,13 @@ fn radix62_error(text: &TextArg, why: ParseError) -> CosidError {
 }
 
 fn known_time(unix_ms: i64) -> Option<TimestampWithTimeZone> {
-    (unix_ms != shmem::UNKNOWN_TIME)
+    (unix_ms != UNKNOWN_TIME)
         .then(|| timestamptz(unix_ms).ok())
         .flatten()
 }
 
 fn format_known_time(unix_ms: i64) -> String {
-    if unix_ms == shmem::UNKNOWN_TIME {
+    if unix_ms == UNKNOWN_TIME {
         "never".to_string()
     } else {
         layout::format_unix_ms(unix_ms)
@@ -420,7 +423,7 @@ fn format_known_time(unix_ms: i64) -> String {
 }
 
 /// Why the server has no machine id, when a store-less distributor gave none.
-fn no_machine_id() -> Option<&'static crate::distributor::NoMachineId> {
+fn no_machine_id() -> Option<&'static cosid_core::distributor::NoMachineId> {
     match shmem::server_settings().map(|settings| &settings.machine) {
         Some(MachineSource::Missing(why)) => Some(why),
         _ => None,
@@ -458,7 +461,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     if slot.lease.problem() == LeaseProblem::StateFile {
         return state_file_error(slot);
     }
-    if slot.distributor() != crate::distributor::DistributorKind::Lease {
+    if slot.distributor() != cosid_core::distributor::DistributorKind::Lease {
         return CosidError::prerequisite(message).detail("The generator is stopped.");
     }
     let lease = &slot.lease;
@@ -500,7 +503,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
 /// The local state file could not be read exactly when the generator was to be opened (fixed
 /// machine id) or a machine id claimed (stable instance): the floor it holds is unknown.
 fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
-    let leased = slot.distributor() == crate::distributor::DistributorKind::Lease;
+    let leased = slot.distributor() == cosid_core::distributor::DistributorKind::Lease;
     let then = if leased {
         "delete the file: the background worker then claims a machine id within a second"
     } else {

@@ -11,9 +11,8 @@
 //! errors about the connection string name keys, never values (see `conninfo`), tokio-postgres's
 //! own parse errors are not passed on, and every store error has the password masked.
 
-use crate::conninfo::{parse_conninfo, redact, split_passfile_line};
-use crate::lease_store::LeaseStore;
-use crate::protocol::{Call, Kind, Param, Value};
+use cosid_core::conninfo::{parse_conninfo, redact, split_passfile_line};
+use cosid_core::protocol::{Call, Kind, LeaseStore, Param, Value};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;

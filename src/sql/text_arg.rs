@@ -25,7 +25,7 @@ impl TextArg {
 
     /// The argument in double quotes, for an error message in the server encoding.
     pub fn quoted(&self) -> String {
-        crate::layout::quote_for_message(
+        cosid_core::layout::quote_for_message(
             &self.0,
             server_encoding() != pg_sys::pg_enc::PG_UTF8 as i32,
         )

@@ -1,0 +1,33 @@
+//! The lease store's two transports. The protocol itself (the SQL of each call, its parameters,
+//! and the one validating decoder of the answers) is `cosid_core::protocol`; a store only carries
+//! a call and hands back its rows.
+//!
+//! - [`local`]: the server's own database (`cosid.database`), through SPI.
+//! - [`remote`]: a shared store in another PostgreSQL (`cosid.lease_store`), through
+//!   tokio-postgres.
+
+pub mod local;
+pub mod remote;
+
+use cosid_core::protocol::LeaseStore;
+use std::time::Duration;
+
+/// The store the lease worker uses: the shared one `conninfo` names, or its own database.
+/// `shutting_down` cuts a remote call short when the server begins to shut down.
+pub fn open(
+    conninfo: Option<&str>,
+    shutting_down: fn() -> bool,
+) -> Result<Box<dyn LeaseStore>, String> {
+    match conninfo {
+        Some(conninfo) => Ok(Box::new(remote::RemoteStore::new(conninfo, shutting_down)?)),
+        None => {
+            let store = local::LocalStore {
+                timeout: Duration::from_secs(1),
+            };
+            if let Err(why) = store.use_read_committed() {
+                pgrx::warning!("cosid: could not set the lease calls' isolation level: {why}");
+            }
+            Ok(Box::new(store))
+        }
+    }
+}
