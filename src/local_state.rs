@@ -9,6 +9,7 @@
 //! nothing writes over it.
 
 use crate::host::{boottime_ms, unix_ms_now};
+use cosid_core::layout::Layout;
 use cosid_core::state_file::{StateRecord, Written};
 
 const STATE_FILE: &str = "cosid.state";
@@ -109,6 +110,22 @@ pub fn read() -> Result<Option<StateRecord>, Unusable> {
 pub fn floor_ms(record: Option<&StateRecord>, namespace: &str, machine_id: u32) -> Option<i64> {
     let record = record?;
     (record.namespace == namespace && record.machine_id == machine_id).then(|| floor_now_ms(record))
+}
+
+/// The floor a fixed machine id (`manual`, `stateful_set`) opens above, in ticks of `layout`: the
+/// durable floor the state writer left, so that ids issued before a crash stay below everything
+/// issued after it, even if the clock was stepped back meanwhile; and the current tick, so that
+/// nothing is issued in the tick in which the server was (re)initialised.
+pub fn fixed_floor_ticks(
+    layout: &Layout,
+    namespace: &str,
+    machine_id: u32,
+) -> Result<u64, Unusable> {
+    let record = read()?;
+    let now_ticks = layout.unix_ms_to_ticks(unix_ms_now()).unwrap_or(0);
+    Ok(floor_ms(record.as_ref(), namespace, machine_id)
+        .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())
+        .map_or(now_ticks, |floor| floor.max(now_ticks)))
 }
 
 /// The floor `record` stands for now, on this boot and these clocks.

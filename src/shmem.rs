@@ -43,7 +43,7 @@
 
 use crate::error::CosidError;
 use crate::guc::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
-use crate::host;
+use crate::{host, local_state};
 use cosid_core::distributor::DistributorKind;
 use cosid_core::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
 use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
@@ -179,23 +179,11 @@ fn fresh_state() -> SharedState {
     match &settings.machine {
         MachineSource::Fixed(machine_id) => {
             let layout = &settings.config.layout;
-            let now_ticks = layout
-                .unix_ms_to_ticks(crate::host::unix_ms_now())
-                .unwrap_or(0);
-            // The durable floor the state writer left: ids issued before a crash stay below
-            // everything issued after it, even if the clock was stepped back meanwhile. A file
-            // that cannot be read exactly leaves the generator closed: `cosid_next()` refuses
-            // and reports why (this hook may not raise), and the state writer leaves the file
-            // as it is.
-            match crate::local_state::read() {
-                Ok(record) => {
-                    let floor_ticks = crate::local_state::floor_ms(
-                        record.as_ref(),
-                        &settings.namespace,
-                        *machine_id,
-                    )
-                    .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())
-                    .map_or(now_ticks, |floor| floor.max(now_ticks));
+            // A file that cannot be read exactly leaves the generator closed: `cosid_next()`
+            // refuses and reports why (this hook may not raise), and the state writer leaves the
+            // file as it is.
+            match local_state::fixed_floor_ticks(layout, &settings.namespace, *machine_id) {
+                Ok(floor_ticks) => {
                     // The machine id was checked against the layout with the settings; a
                     // refusal here leaves the generator stopped rather than issue a wrong id.
                     match slot.state.open(layout, *machine_id, floor_ticks) {

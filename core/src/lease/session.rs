@@ -33,7 +33,7 @@
 use super::{watermark_wait, LeaseProblem, LeaseState, LeaseStatus, LeaseTiming, WatermarkWait};
 use crate::generator::GeneratorState;
 use crate::layout::{format_unix_ms, Layout};
-use crate::protocol::{ClaimOutcome, Holder, LeaseStore, Readiness};
+use crate::protocol::{ClaimOutcome, ClaimedHow, Holder, LeaseStore, Readiness};
 use crate::state_file::StateRecord;
 use std::time::Duration;
 
@@ -89,6 +89,20 @@ pub const CLAIM_RETRY_MS: u64 = 1_000;
 pub struct Held {
     pub machine_id: u32,
     pub token: u64,
+}
+
+/// A claim the store granted.
+#[derive(Clone, Copy, Debug)]
+struct Claimed {
+    held: Held,
+    how: ClaimedHow,
+    previous_watermark_ms: i64,
+    expires_at_ms: i64,
+    store_now_ms: i64,
+    /// When the claim was sent, on the monotonic clock: its deadline counts from then.
+    sent_ms: u64,
+    /// The watermark the claim wrote.
+    watermark_ms: i64,
 }
 
 /// A machine id given back whose release failed, with the watermark to release it with.
@@ -294,112 +308,163 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         self.note(LogLevel::Warning, format!("cosid: {text}"));
     }
 
+    /// One attempt to take a machine id, in named steps; each step that fails has said why.
     fn claim(&mut self) {
         self.next_renewal_ms = self.env.monotonic_ms() + CLAIM_RETRY_MS;
-        if let Some(pending) = self.pending_release {
-            // Until it is released, the machine id is held under a claim nobody renews.
-            self.arm_store_timeout();
-            let released = self.store.release(
-                &self.holder,
-                pending.held.machine_id,
-                pending.held.token,
-                pending.watermark_ms,
-            );
-            if released.is_err() {
-                return;
-            }
-            self.pending_release = None;
+        if !self.release_given_back() {
+            return;
         }
-        let state_record = if self.holder.stable {
-            match self.env.read_state() {
-                Ok(record) => record,
-                Err(unusable) => {
-                    return self.set_problem(
-                        LeaseState::Stopped,
-                        LeaseProblem::StateFile,
-                        format!(
-                            "{unusable}; not claiming a machine id until it is restored or removed"
-                        ),
-                    );
-                }
-            }
-        } else {
-            None
+        let Some(state_record) = self.read_state_file() else {
+            return;
+        };
+        if !self.store_ready() {
+            return;
+        }
+        let Some(claimed) = self.send_claim() else {
+            return;
+        };
+        let floor_ms = self.honoured_watermark(
+            state_record.as_ref(),
+            claimed.held.machine_id,
+            claimed.previous_watermark_ms,
+        );
+        if self.wait_for_watermark(&claimed, floor_ms) {
+            self.open(claimed, floor_ms);
+        }
+    }
+
+    /// Releases a machine id given back whose release failed: until then it is held under a
+    /// claim nobody renews. False while it still fails.
+    fn release_given_back(&mut self) -> bool {
+        let Some(pending) = self.pending_release else {
+            return true;
         };
         self.arm_store_timeout();
+        let released = self.store.release(
+            &self.holder,
+            pending.held.machine_id,
+            pending.held.token,
+            pending.watermark_ms,
+        );
+        if released.is_ok() {
+            self.pending_release = None;
+        }
+        released.is_ok()
+    }
+
+    /// A stable instance's state file, read before each claim (`Some(None)` without one, and
+    /// always for an instance that is not stable). A file that cannot be read exactly holds a
+    /// floor nobody knows: `None`, and nothing is claimed until it is restored or removed.
+    fn read_state_file(&mut self) -> Option<Option<StateRecord>> {
+        if !self.holder.stable {
+            return Some(None);
+        }
+        match self.env.read_state() {
+            Ok(record) => Some(record),
+            Err(unusable) => {
+                self.set_problem(
+                    LeaseState::Stopped,
+                    LeaseProblem::StateFile,
+                    format!(
+                        "{unusable}; not claiming a machine id until it is restored or removed"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Whether the store can be claimed from; if not, the status says what to do.
+    fn store_ready(&mut self) -> bool {
+        self.arm_store_timeout();
         match self.store.readiness() {
-            Ok(Readiness::Ready) => {}
+            Ok(Readiness::Ready) => true,
             Ok(not_ready) => {
                 let (problem, text) = self.not_ready(not_ready);
-                return self.set_problem(LeaseState::Stopped, problem, text);
+                self.set_problem(LeaseState::Stopped, problem, text);
+                false
             }
             Err(why) => {
-                return self.set_problem(
+                self.set_problem(
                     LeaseState::Claiming,
                     LeaseProblem::StoreError,
                     format!("cannot reach the lease table: {why}"),
                 );
+                false
             }
         }
-        let timing = self.timing;
+    }
+
+    /// Sends the claim, under the token kept since the last claim that failed.
+    fn send_claim(&mut self) -> Option<Claimed> {
         let token = match self.claim_token {
             Some(token) => token,
             None => *self.claim_token.insert(self.env.random_u64()),
         };
         let sent_ms = self.env.monotonic_ms();
-        let watermark_ms = timing.watermark_ms(self.env.unix_ms());
+        let watermark_ms = self.timing.watermark_ms(self.env.unix_ms());
         self.arm_store_timeout();
-        let outcome = self
-            .store
-            .claim(&self.holder, timing.safe_guard_ms, token, watermark_ms);
-        let (machine_id, how, previous_watermark_ms, expires_at_ms, store_now_ms) = match outcome {
+        let outcome =
+            self.store
+                .claim(&self.holder, self.timing.safe_guard_ms, token, watermark_ms);
+        match outcome {
             Ok(ClaimOutcome::Claimed {
                 machine_id,
                 how,
                 previous_watermark_ms,
                 expires_at_ms,
                 store_now_ms,
-            }) => (
-                machine_id,
+            }) => Some(Claimed {
+                held: Held { machine_id, token },
                 how,
                 previous_watermark_ms,
                 expires_at_ms,
                 store_now_ms,
-            ),
+                sent_ms,
+                watermark_ms,
+            }),
             Ok(refused) => {
                 let (problem, text) = self.refused(refused);
-                return self.set_problem(LeaseState::Claiming, problem, text);
+                self.set_problem(LeaseState::Claiming, problem, text);
+                None
             }
             Err(why) => {
-                return self.set_problem(
+                self.set_problem(
                     LeaseState::Claiming,
                     LeaseProblem::StoreError,
                     format!("claiming a machine id failed: {why}"),
                 );
+                None
             }
-        };
-        let held = Held { machine_id, token };
+        }
+    }
 
-        let previous =
-            self.honoured_watermark(state_record.as_ref(), machine_id, previous_watermark_ms);
+    /// Waits until the clock passes `floor_ms`, the watermark the new holder must honour. One
+    /// further ahead than the broken threshold is given back as it was, since nothing was issued
+    /// under the claim; so is the machine id when the server shuts down meanwhile. False when it
+    /// was given back.
+    fn wait_for_watermark(&mut self, claimed: &Claimed, floor_ms: i64) -> bool {
+        let Held { machine_id, token } = claimed.held;
         let broken = self.env.broken_threshold_ms();
         let now_ms = self.env.unix_ms();
-        match watermark_wait(previous, now_ms, broken) {
+        match watermark_wait(floor_ms, now_ms, broken) {
             WatermarkWait::Ready => {}
             WatermarkWait::Wait { ms } => self.env.sleep_ms(ms),
             WatermarkWait::TooFarAhead { ahead_ms } => {
-                // Give the machine id back as it was: nothing was issued under this claim.
                 self.arm_store_timeout();
-                let released =
-                    self.store
-                        .release(&self.holder, machine_id, token, previous_watermark_ms);
+                let released = self.store.release(
+                    &self.holder,
+                    machine_id,
+                    token,
+                    claimed.previous_watermark_ms,
+                );
                 if released.is_err() {
                     self.pending_release = Some(PendingRelease {
-                        held,
-                        watermark_ms: previous_watermark_ms,
+                        held: claimed.held,
+                        watermark_ms: claimed.previous_watermark_ms,
                     });
                 }
-                return self.set_problem(
+                self.set_problem(
                     LeaseState::ClockBehind,
                     LeaseProblem::ClockBehind,
                     format!(
@@ -407,29 +472,42 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                         self.holder.namespace
                     ),
                 );
+                return false;
             }
         }
         if self.env.shutdown_requested() {
             self.arm_store_timeout();
-            let _ = self
-                .store
-                .release(&self.holder, machine_id, token, previous_watermark_ms);
-            return;
+            let _ = self.store.release(
+                &self.holder,
+                machine_id,
+                token,
+                claimed.previous_watermark_ms,
+            );
+            return false;
         }
+        true
+    }
+
+    /// Opens the generator under the claimed machine id, above `floor_ms`, with the claim's
+    /// deadline and bound, and says so.
+    fn open(&mut self, claimed: Claimed, floor_ms: i64) {
+        let machine_id = claimed.held.machine_id;
         // Reopening the machine id this generator last used must not lower its floor (a store
         // that forgot the watermark, rows deleted by hand).
-        let mut floor_ticks = self.layout.unix_ms_to_ticks(previous).unwrap_or(0);
+        let mut floor_ticks = self.layout.unix_ms_to_ticks(floor_ms).unwrap_or(0);
         if let Some(last) = self.layout.decompose(self.generator.last_word()) {
             if last.machine_id == machine_id {
                 floor_ticks = floor_ticks.max(last.ticks);
             }
         }
-
         self.claim_token = None;
-        self.set_held(Some(held));
-        self.status
-            .set_renewed(store_now_ms, expires_at_ms, watermark_ms);
-        self.publish_limits(sent_ms, watermark_ms);
+        self.set_held(Some(claimed.held));
+        self.status.set_renewed(
+            claimed.store_now_ms,
+            claimed.expires_at_ms,
+            claimed.watermark_ms,
+        );
+        self.publish_limits(claimed.sent_ms, claimed.watermark_ms);
         // Backends enforce the watermark too, on their own clock reads: nothing is issued at or
         // before it, and a clock still behind it counts as a step back. The protocol's decoder
         // checked the machine id against the machine bits; were it refused anyway, the generator
@@ -439,13 +517,13 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         self.status.set_problem(LeaseProblem::None);
         self.status.last_error.store("");
         self.status.set_state(LeaseState::Up);
-        self.next_renewal_ms = sent_ms + timing.guarder_initial_delay_ms;
+        self.next_renewal_ms = claimed.sent_ms + self.timing.guarder_initial_delay_ms;
         self.next_state_write_ms = 0;
         self.note(
             LogLevel::Log,
             format!(
-                "cosid: leased machine id {machine_id} in namespace \"{}\" as \"{}\" ({how})",
-                self.holder.namespace, self.holder.instance_id
+                "cosid: leased machine id {machine_id} in namespace \"{}\" as \"{}\" ({})",
+                self.holder.namespace, self.holder.instance_id, claimed.how
             ),
         );
     }
