@@ -20,16 +20,18 @@ use std::time::Duration;
 /// code 1 is started again after a second.
 fn register(name: &str, function: &str, start: BgWorkerStartTime, spi: bool) {
     let mut builder = BackgroundWorkerBuilder::new(name);
-    builder = builder
+    // First: enabling SPI also sets the start time to the end of recovery, which would keep the
+    // lease worker of a hot standby from ever starting.
+    if spi {
+        builder = builder.enable_spi_access();
+    }
+    builder
         .set_type(name)
         .set_library("cosid")
         .set_function(function)
         .set_start_time(start)
-        .set_restart_time(Some(Duration::from_secs(1)));
-    if spi {
-        builder = builder.enable_spi_access();
-    }
-    builder.load();
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .load();
 }
 
 /// The first thing a worker does: SIGHUP and SIGTERM set the latch and their flags.
