@@ -1,7 +1,7 @@
 //! cosid: CosId-compatible Snowflake ids generated inside PostgreSQL.
 //!
 //! `_PG_init` only wires the pieces together; see the modules for the parts:
-//! pure logic in the `cosid-core` crate (`core/`), the server side in `guc`, `shmem`, `clock`,
+//! pure logic in the `cosid-core` crate (`core/`), the server side in `settings`, `shmem`, `clock`,
 //! `sql`, `local_state` and `state_worker` (the durable floor of a fixed machine id), and for
 //! leased machine ids `worker`, `lease_store` (local) and `remote_store` (shared).
 
@@ -9,10 +9,10 @@ pub use cosid_core::{conninfo, distributor, generator, layout, lease, protocol, 
 
 mod clock;
 mod error;
-mod guc;
 mod lease_store;
 mod local_state;
 mod remote_store;
+mod settings;
 mod shmem;
 mod sql;
 mod state_worker;
@@ -29,21 +29,21 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: PostgreSQL sets this flag while it loads shared_preload_libraries, before it forks
     // any process; reading it is a plain read of a global.
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
-    guc::init(preloading);
+    settings::init(preloading);
     if !preloading {
         return;
     }
-    let settings = guc::server_settings().unwrap_or_else(|why| why.refuse_start());
+    let settings = settings::server_settings().unwrap_or_else(|why| why.refuse_start());
     match &settings.machine {
-        guc::MachineSource::Missing(why) => CosidError::prerequisite(format!(
+        settings::MachineSource::Missing(why) => CosidError::prerequisite(format!(
             "cosid has no machine id in namespace \"{}\"",
             settings.namespace
         ))
         .detail(why.detail())
         .hint(why.hint())
         .log(PgLogLevel::WARNING),
-        guc::MachineSource::Leased(_) => worker::register(),
-        guc::MachineSource::Fixed(_) => state_worker::register(),
+        settings::MachineSource::Leased(_) => worker::register(),
+        settings::MachineSource::Fixed(_) => state_worker::register(),
     }
     shmem::init(settings);
 }

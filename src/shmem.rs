@@ -44,8 +44,8 @@
 use crate::distributor::DistributorKind;
 use crate::error::CosidError;
 use crate::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
-use crate::guc::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
 use crate::lease::{self, LeaseState};
+use crate::settings::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 use std::sync::atomic::{

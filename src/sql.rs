@@ -12,8 +12,8 @@
 use crate::clock::ServerClock;
 use crate::error::{CosidError, OrRaise};
 use crate::generator::GenerateError;
-use crate::guc::MachineSource;
 use crate::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
+use crate::settings::MachineSource;
 use crate::shmem::{self, LeaseProblem};
 use crate::text_arg::TextArg;
 use pgrx::prelude::*;
@@ -295,9 +295,9 @@ fn interval_ms(ms: u64) -> Interval {
 /// The layout from the settings, read once per process.
 fn layout_or_raise() -> Layout {
     static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
-    match LAYOUT.get_or_init(|| crate::guc::layout_setting().ok()) {
+    match LAYOUT.get_or_init(|| crate::settings::layout_setting().ok()) {
         Some(layout) => *layout,
-        None => match crate::guc::layout_setting() {
+        None => match crate::settings::layout_setting() {
             Ok(layout) => layout,
             Err(why) => why.raise(),
         },

@@ -7,8 +7,8 @@
 //! generator stays closed and this worker writes nothing: the file is the only record of the
 //! floor.
 
-use crate::guc::MachineSource;
 use crate::local_state;
+use crate::settings::MachineSource;
 use crate::shmem::{self, LeaseProblem};
 use crate::worker::{apply_clock_thresholds, exit_worker, shutdown_requested};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
@@ -74,7 +74,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
             }
             ignored_thresholds = outcome;
         }
-        let interval_ms = crate::guc::local_state_interval_ms();
+        let interval_ms = crate::settings::local_state_interval_ms();
         let shutting_down = shutdown_requested();
         let last_ms = slot.state.last_timestamp_ms(&layout);
         // Padded at shutdown too: backends may still be issuing ids until they are gone.

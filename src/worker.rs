@@ -9,13 +9,13 @@
 
 use crate::clock::{boottime_ms, unix_ms_now};
 use crate::generator::GeneratorState;
-use crate::guc::{self, LeaseSettings, MachineSource};
 use crate::layout::Layout;
 use crate::lease::{watermark_wait, LeaseState, LeaseTiming, WatermarkWait};
 use crate::lease_store::{LeaseStore, LocalStore, Readiness};
 use crate::local_state;
 use crate::protocol::{ClaimOutcome, Holder};
 use crate::remote_store::RemoteStore;
+use crate::settings::{self, LeaseSettings, MachineSource};
 use crate::shmem::{self, GeneratorSlot, LeaseProblem};
 use crate::state_file::StateRecord;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
@@ -155,7 +155,7 @@ struct Worker {
 /// worker's start and after each reload. A combination the server would refuse at start is
 /// ignored, and the thresholds in force stay; the error is the line to log.
 pub fn apply_clock_thresholds() -> Result<(), String> {
-    match guc::clock_thresholds() {
+    match settings::clock_thresholds() {
         Ok(policy) => {
             shmem::set_backwards_policy(policy);
             Ok(())
@@ -195,7 +195,7 @@ impl Worker {
             },
             database: settings.database.clone(),
             store,
-            timing: guc::lease_timing(),
+            timing: settings::lease_timing(),
             pending_release: None,
             claim_token: None,
             next_renewal_ms: 0,
@@ -216,7 +216,7 @@ impl Worker {
         if let Err(line) = apply_clock_thresholds() {
             self.log_change(PgLogLevel::WARNING, line);
         }
-        let timing = guc::lease_timing();
+        let timing = settings::lease_timing();
         if let Err(why) = timing.validate() {
             self.log_change(
                 PgLogLevel::WARNING,
@@ -240,7 +240,7 @@ impl Worker {
         if let Err(line) = apply_clock_thresholds() {
             self.log_change(PgLogLevel::WARNING, line);
         }
-        let timing = guc::lease_timing();
+        let timing = settings::lease_timing();
         match timing.validate() {
             Ok(()) => {
                 self.timing = timing;
@@ -575,7 +575,7 @@ impl Worker {
     /// stops it.
     fn publish_limits(&self, sent_ms: u64, watermark_ms: i64) {
         let generator = self.generator();
-        if !guc::fail_fast() {
+        if !settings::fail_fast() {
             generator.set_tick_bound(u64::MAX);
             generator.set_deadline_ms(u64::MAX);
             return;
@@ -665,7 +665,7 @@ impl Worker {
         let Some((machine_id, _)) = self.slot.lease.held() else {
             return;
         };
-        self.next_state_write_ms = boottime_ms() + guc::local_state_interval_ms();
+        self.next_state_write_ms = boottime_ms() + settings::local_state_interval_ms();
         let namespace = &self.holder.namespace;
         let last_ms = self.last_issued_ms();
         let record = if closed {
@@ -675,7 +675,7 @@ impl Worker {
                 namespace,
                 machine_id,
                 last_ms,
-                guc::local_state_interval_ms(),
+                settings::local_state_interval_ms(),
             )
         };
         if let Err(why) = local_state::write(&record) {
