@@ -33,11 +33,14 @@ pub extern "C-unwind" fn _PG_init() {
     if !preloading {
         return;
     }
-    let settings = settings::server_settings().unwrap_or_else(|why| why.refuse_start());
-    match &settings.machine {
+    // The settings sit below the stores, so the lease store's check is handed to them.
+    let server =
+        settings::server_settings(remote_store::check).unwrap_or_else(|why| why.refuse_start());
+    let server = settings::keep_server(server);
+    match &server.machine {
         settings::MachineSource::Missing(why) => CosidError::prerequisite(format!(
             "cosid has no machine id in namespace \"{}\"",
-            settings.namespace
+            server.namespace
         ))
         .detail(why.detail())
         .hint(why.hint())
@@ -45,5 +48,5 @@ pub extern "C-unwind" fn _PG_init() {
         settings::MachineSource::Leased(_) => worker::register(),
         settings::MachineSource::Fixed(_) => state_worker::register(),
     }
-    shmem::init(settings);
+    shmem::init();
 }

@@ -45,13 +45,12 @@ use crate::distributor::DistributorKind;
 use crate::error::CosidError;
 use crate::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
 use crate::lease::{self, LeaseState};
-use crate::settings::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
+use crate::settings::{MachineSource, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 use std::sync::atomic::{
     fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering,
 };
-use std::sync::OnceLock;
 
 /// How many generators one server can hold.
 pub const MAX_GENERATORS: usize = 8;
@@ -348,21 +347,18 @@ static SHARED: PgAtomic<SharedState> = unsafe { PgAtomic::new(c"cosid_generators
 /// Set in the postmaster when the library is preloaded; inherited by every backend it forks.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
-/// The server-start settings the postmaster read, kept to rebuild the segment after a crash.
-static SERVER_SETTINGS: OnceLock<ServerSettings> = OnceLock::new();
-
-/// Requests the segment and installs the hook that fills it. Only while preloading.
-pub fn init(settings: ServerSettings) {
-    let _ = SERVER_SETTINGS.set(settings);
+/// Requests the segment and installs the hook that fills it. Only while preloading, after the
+/// server-start settings were kept (`settings::keep_server`): the hook rebuilds the segment
+/// from them after a crash.
+pub fn init() {
     pg_shmem_init!(SHARED = fresh_state());
     PRELOADED.store(true, Ordering::Release);
 }
 
 /// The segment's contents at every (re)initialisation: runs in the postmaster's startup hook.
 fn fresh_state() -> SharedState {
-    let settings = SERVER_SETTINGS
-        .get()
-        .expect("settings are stored before shared memory is requested");
+    let settings =
+        crate::settings::server().expect("settings are kept before shared memory is requested");
     let mut state = SharedState {
         slots: std::array::from_fn(|_| GeneratorSlot::unused(settings.config)),
         backwards: AtomicU64::new(pack_policy(settings.backwards)),
@@ -461,11 +457,6 @@ fn random_u32() -> u32 {
 
 pub fn is_preloaded() -> bool {
     PRELOADED.load(Ordering::Acquire)
-}
-
-/// The settings the postmaster started with; `None` when not preloaded.
-pub fn server_settings() -> Option<&'static ServerSettings> {
-    SERVER_SETTINGS.get()
 }
 
 fn not_preloaded() -> CosidError {

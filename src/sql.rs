@@ -13,7 +13,7 @@ use crate::clock::ServerClock;
 use crate::error::{CosidError, OrRaise};
 use crate::generator::GenerateError;
 use crate::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
-use crate::settings::MachineSource;
+use crate::settings::{self, MachineSource};
 use crate::shmem::{self, LeaseProblem};
 use crate::text_arg::TextArg;
 use pgrx::prelude::*;
@@ -421,7 +421,7 @@ fn format_known_time(unix_ms: i64) -> String {
 
 /// Why the server has no machine id, when a store-less distributor gave none.
 fn no_machine_id() -> Option<&'static crate::distributor::NoMachineId> {
-    match shmem::server_settings().map(|settings| &settings.machine) {
+    match settings::server().map(|settings| &settings.machine) {
         Some(MachineSource::Missing(why)) => Some(why),
         _ => None,
     }
@@ -463,7 +463,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     }
     let lease = &slot.lease;
     let local_store = matches!(
-        shmem::server_settings().map(|settings| &settings.machine),
+        settings::server().map(|settings| &settings.machine),
         Some(MachineSource::Leased(lease)) if lease.lease_store.is_none()
     );
     if lease.problem() == LeaseProblem::Standby || (local_store && recovery_in_progress()) {

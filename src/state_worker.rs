@@ -8,7 +8,7 @@
 //! floor.
 
 use crate::local_state;
-use crate::settings::MachineSource;
+use crate::settings::{self, MachineSource};
 use crate::shmem::{self, LeaseProblem};
 use crate::worker::{apply_clock_thresholds, exit_worker, shutdown_requested};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
@@ -31,7 +31,7 @@ pub fn register() {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    let (Some(settings), Ok(slot)) = (shmem::server_settings(), shmem::default_generator()) else {
+    let (Some(settings), Ok(slot)) = (settings::server(), shmem::default_generator()) else {
         return;
     };
     let MachineSource::Fixed(machine_id) = settings.machine else {

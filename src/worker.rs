@@ -40,7 +40,7 @@ pub fn register() {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
-    let Some(settings) = shmem::server_settings() else {
+    let Some(settings) = settings::server() else {
         return;
     };
     let MachineSource::Leased(lease_settings) = &settings.machine else {
