@@ -20,6 +20,9 @@
 //! when it does not fit. A value outside a setting's range is refused by PostgreSQL itself, with
 //! a message that names the setting and the range; combinations are checked by
 //! [`server_settings`], whose error stops the server from starting.
+//!
+//! While preloading, the `cosid` prefix is reserved once every setting is defined, so that a
+//! misspelt `cosid.*` name is reported rather than kept silently (see [`init`]).
 
 mod checks;
 mod table;

@@ -438,6 +438,13 @@ pub(super) fn int_range(name: &CStr) -> Option<std::ops::RangeInclusive<i32>> {
 /// PostgreSQL refuses to define server-start settings later. Where the library is not
 /// preloaded, `layout_setting` still reads the layout from the values in the configuration
 /// file.
+///
+/// While preloading, once every setting is defined, the `cosid` prefix is reserved, as
+/// pg_stat_statements does for its own: PostgreSQL then warns about (and drops) any other
+/// `cosid.*` name in the configuration, such as a misspelt one that would otherwise be kept
+/// silently as a placeholder and leave the setting meant at its default, and refuses to
+/// `SET` one. Not while the library is only loaded into a backend: sessions of a server that
+/// does not preload cosid keep accepting `cosid.*` placeholders as before.
 pub fn init(preloading: bool) {
     if !preloading {
         for row in SETTINGS
@@ -469,6 +476,11 @@ pub fn init(preloading: bool) {
     }
     // SAFETY: as above.
     unsafe { pg_sys::log_min_messages = log_level };
+    // After the definitions, and with the usual log level: the WARNING about a misspelt name is
+    // meant to be seen, even when a bad value below then stops the start.
+    // SAFETY: the prefix is a NUL-terminated static string, which PostgreSQL copies; we are in
+    // the postmaster while it preloads libraries, where extensions reserve their prefix.
+    unsafe { pg_sys::MarkGUCPrefixReserved(c"cosid".as_ptr()) };
     for (name, value) in configured {
         let value = CString::new(value).unwrap_or_default();
         // SAFETY: both strings are NUL-terminated and outlive the call. With changeVal = false
