@@ -1,15 +1,16 @@
 //! cosid: CosId-compatible Snowflake ids generated inside PostgreSQL.
 //!
-//! `_PG_init` only wires the pieces together; see the modules for the parts:
-//! pure logic in the `cosid-core` crate (`core/`), the server side in `guc`, `shmem`, `clock`,
-//! `sql`, `local_state` and `state_worker` (the durable floor of a fixed machine id), and for
-//! leased machine ids `worker`, `lease_store` (local) and `remote_store` (shared).
+//! `_PG_init` only wires the pieces together. The pure logic is the `cosid-core` crate (`core/`);
+//! the server side, from the bottom up: `host` (the machine), `settings`, `local_state` (the state
+//! file), `shmem` (the shared segment), `clock`, `store` (the lease protocol's two transports),
+//! `worker` (the lease worker and the state writer) and `sql` (the SQL surface). A module uses
+//! only the ones before it; `error` is used by all.
 
 mod clock;
 mod error;
-mod guc;
 mod host;
 mod local_state;
+mod settings;
 mod shmem;
 mod sql;
 mod store;
@@ -25,21 +26,24 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: PostgreSQL sets this flag while it loads shared_preload_libraries, before it forks
     // any process; reading it is a plain read of a global.
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
-    guc::init(preloading);
+    settings::init(preloading);
     if !preloading {
         return;
     }
-    let settings = guc::server_settings().unwrap_or_else(|why| why.refuse_start());
-    match &settings.machine {
-        guc::MachineSource::Missing(why) => CosidError::prerequisite(format!(
+    // The settings sit below the stores, so the lease store's check is handed to them.
+    let server =
+        settings::server_settings(store::remote::check).unwrap_or_else(|why| why.refuse_start());
+    let server = settings::keep_server(server);
+    match &server.machine {
+        settings::MachineSource::Missing(why) => CosidError::prerequisite(format!(
             "cosid has no machine id in namespace \"{}\"",
-            settings.namespace
+            server.namespace
         ))
         .detail(why.detail())
         .hint(why.hint())
         .log(PgLogLevel::WARNING),
-        guc::MachineSource::Leased(_) => worker::lease::register(),
-        guc::MachineSource::Fixed(_) => worker::state::register(),
+        settings::MachineSource::Leased(_) => worker::lease::register(),
+        settings::MachineSource::Fixed(_) => worker::state::register(),
     }
-    shmem::init(settings);
+    shmem::init();
 }

@@ -42,7 +42,7 @@
 //! local state file (`local_state.rs`).
 
 use crate::error::CosidError;
-use crate::guc::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
+use crate::settings::{MachineSource, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
 use crate::{host, local_state};
 use cosid_core::distributor::DistributorKind;
 use cosid_core::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
@@ -50,7 +50,6 @@ use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 /// How many generators one server can hold.
 pub const MAX_GENERATORS: usize = 8;
@@ -151,21 +150,18 @@ static SHARED: PgAtomic<SharedState> = unsafe { PgAtomic::new(c"cosid_generators
 /// Set in the postmaster when the library is preloaded; inherited by every backend it forks.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
-/// The server-start settings the postmaster read, kept to rebuild the segment after a crash.
-static SERVER_SETTINGS: OnceLock<ServerSettings> = OnceLock::new();
-
-/// Requests the segment and installs the hook that fills it. Only while preloading.
-pub fn init(settings: ServerSettings) {
-    let _ = SERVER_SETTINGS.set(settings);
+/// Requests the segment and installs the hook that fills it. Only while preloading, after the
+/// server-start settings were kept (`settings::keep_server`): the hook rebuilds the segment
+/// from them after a crash.
+pub fn init() {
     pg_shmem_init!(SHARED = fresh_state());
     PRELOADED.store(true, Ordering::Release);
 }
 
 /// The segment's contents at every (re)initialisation: runs in the postmaster's startup hook.
 fn fresh_state() -> SharedState {
-    let settings = SERVER_SETTINGS
-        .get()
-        .expect("settings are stored before shared memory is requested");
+    let settings =
+        crate::settings::server().expect("settings are kept before shared memory is requested");
     let mut state = SharedState {
         slots: std::array::from_fn(|_| GeneratorSlot::unused(settings.config)),
         backwards: AtomicU64::new(pack_policy(settings.backwards)),
@@ -225,11 +221,6 @@ fn fresh_state() -> SharedState {
 
 pub fn is_preloaded() -> bool {
     PRELOADED.load(Ordering::Acquire)
-}
-
-/// The settings the postmaster started with; `None` when not preloaded.
-pub fn server_settings() -> Option<&'static ServerSettings> {
-    SERVER_SETTINGS.get()
 }
 
 fn not_preloaded() -> CosidError {

@@ -1,7 +1,8 @@
 """Settings against a real server: bad combinations stop it from starting with a message that
 names the settings; a missing machine id lets it start but refuses to generate, saying why; the
 stateful_set distributor reads HOSTNAME; a custom layout is used for generating and decoding;
-a used-up second is slept out; text arguments work in databases that are not UTF-8."""
+a used-up second is slept out; text arguments work in databases that are not UTF-8; a misspelt
+cosid.* setting is reported."""
 
 import os
 import subprocess
@@ -466,6 +467,30 @@ class Settings(unittest.TestCase):
             self.cluster.query(f"SELECT cosid_friendly({last})")
         self.assertEqual(refused.exception.sqlstate, "22008")
         self.assertIn("after the year 9999", refused.exception.stderr)
+
+    def test_misspelt_setting_is_reported_and_the_prefix_reserved(self):
+        """cosid reserves its prefix while preloading, as pg_stat_statements does: a misspelt
+        name in postgresql.conf is reported by name (and dropped) instead of being kept silently
+        as a placeholder, and no session can create a cosid.* placeholder."""
+        before = len(self.cluster.log())
+        started, _ = self.start_with({"cosid.machine_id": 1,
+                                      "cosid.safe_guard_durration": 1000})
+        self.assertTrue(started)
+        warning = ('WARNING:  invalid configuration parameter name '
+                   '"cosid.safe_guard_durration", removing it')
+        wait_until(lambda: warning in self.cluster.log()[before:],
+                   "the warning about the misspelt name")
+        log = self.cluster.log()[before:]
+        self.assertIn('DETAIL:  "cosid" is now a reserved prefix.', log)
+        # Only the misspelt name: the settings cosid defines are not reported.
+        self.assertEqual(log.count("invalid configuration parameter name"), 1, log)
+        self.assertEqual(self.cluster.query("SHOW cosid.safe_guard_duration"), "5min")
+        with self.assertRaises(SqlError) as refused:
+            self.cluster.query("SET cosid.nonexistent = 1")
+        self.assertEqual(refused.exception.sqlstate, "42602")
+        self.assertEqual(refused.exception.message,
+                         'invalid configuration parameter name "cosid.nonexistent"')
+        self.assertIn('DETAIL:  "cosid" is a reserved prefix.', refused.exception.stderr)
 
     def test_clock_thresholds_reload_on_sighup(self):
         started, _ = self.start_with({"cosid.machine_id": 1})

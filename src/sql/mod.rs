@@ -13,7 +13,7 @@ mod text_arg;
 
 use crate::clock::ServerClock;
 use crate::error::{CosidError, OrRaise};
-use crate::guc::MachineSource;
+use crate::settings::{self, MachineSource};
 use crate::shmem;
 use cosid_core::generator::GenerateError;
 use cosid_core::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
@@ -298,9 +298,9 @@ fn interval_ms(ms: u64) -> Interval {
 /// The layout from the settings, read once per process.
 fn layout_or_raise() -> Layout {
     static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
-    match LAYOUT.get_or_init(|| crate::guc::layout_setting().ok()) {
+    match LAYOUT.get_or_init(|| crate::settings::layout_setting().ok()) {
         Some(layout) => *layout,
-        None => match crate::guc::layout_setting() {
+        None => match crate::settings::layout_setting() {
             Ok(layout) => layout,
             Err(why) => why.raise(),
         },
@@ -424,7 +424,7 @@ fn format_known_time(unix_ms: i64) -> String {
 
 /// Why the server has no machine id, when a store-less distributor gave none.
 fn no_machine_id() -> Option<&'static cosid_core::distributor::NoMachineId> {
-    match shmem::server_settings().map(|settings| &settings.machine) {
+    match settings::server().map(|settings| &settings.machine) {
         Some(MachineSource::Missing(why)) => Some(why),
         _ => None,
     }
@@ -466,7 +466,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     }
     let lease = &slot.lease;
     let local_store = matches!(
-        shmem::server_settings().map(|settings| &settings.machine),
+        settings::server().map(|settings| &settings.machine),
         Some(MachineSource::Leased(lease)) if lease.lease_store.is_none()
     );
     if lease.problem() == LeaseProblem::Standby || (local_store && recovery_in_progress()) {

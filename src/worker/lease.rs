@@ -12,8 +12,8 @@ use super::{
     apply_clock_thresholds, attach_signal_handlers, exit_worker, reload_if_signalled,
     shutdown_requested, sleep_unless_shutdown, wait_latch_ms,
 };
-use crate::guc::{self, MachineSource};
 use crate::host::{boottime_ms, random_u64, unix_ms_now};
+use crate::settings::{self, MachineSource};
 use crate::shmem::{self, GeneratorSlot};
 use crate::{local_state, store};
 use cosid_core::lease::session::{Env, LogLevel, Session, Slot};
@@ -35,7 +35,7 @@ pub fn register() {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     attach_signal_handlers();
-    let Some(settings) = shmem::server_settings() else {
+    let Some(settings) = settings::server() else {
         return;
     };
     let MachineSource::Leased(lease_settings) = &settings.machine else {
@@ -72,7 +72,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         layout,
     };
     let thresholds = apply_clock_thresholds().err();
-    let timing = guc::lease_timing();
+    let timing = settings::lease_timing();
     let mut session = Session::new(
         shared,
         holder,
@@ -89,7 +89,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
             if let Err(line) = apply_clock_thresholds() {
                 session.note(LogLevel::Warning, line);
             }
-            session.reload(guc::lease_timing());
+            session.reload(settings::lease_timing());
         }
         if shutdown_requested() {
             break;
@@ -159,13 +159,13 @@ impl Env for ServerEnv {
         }
     }
     fn fail_fast(&mut self) -> bool {
-        guc::fail_fast()
+        settings::fail_fast()
     }
     fn broken_threshold_ms(&mut self) -> u64 {
         shmem::backwards_policy().broken_threshold_ms
     }
     fn local_state_interval_ms(&mut self) -> u64 {
-        guc::local_state_interval_ms()
+        settings::local_state_interval_ms()
     }
     fn read_state(&mut self) -> Result<Option<StateRecord>, String> {
         local_state::read().map_err(|unusable| unusable.to_string())

@@ -9,7 +9,7 @@ pub mod lease;
 pub mod state;
 
 use crate::host::boottime_ms;
-use crate::{guc, shmem};
+use crate::{settings, shmem};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
@@ -90,7 +90,7 @@ fn sleep_unless_shutdown(ms: u64) {
 /// worker's start and after each reload. A combination the server would refuse at start is
 /// ignored, and the thresholds in force stay; the error is the line to log.
 fn apply_clock_thresholds() -> Result<(), String> {
-    match guc::clock_thresholds() {
+    match settings::clock_thresholds() {
         Ok(policy) => {
             shmem::set_backwards_policy(policy);
             Ok(())

@@ -11,7 +11,7 @@ use super::{
     apply_clock_thresholds, attach_signal_handlers, exit_worker, reload_if_signalled,
     shutdown_requested, wait_latch_ms,
 };
-use crate::guc::{self, MachineSource};
+use crate::settings::{self, MachineSource};
 use crate::{local_state, shmem};
 use cosid_core::lease::LeaseProblem;
 use pgrx::bgworkers::BgWorkerStartTime;
@@ -33,7 +33,7 @@ pub fn register() {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     attach_signal_handlers();
-    let (Some(settings), Ok(slot)) = (shmem::server_settings(), shmem::default_generator()) else {
+    let (Some(settings), Ok(slot)) = (settings::server(), shmem::default_generator()) else {
         return;
     };
     let MachineSource::Fixed(machine_id) = settings.machine else {
@@ -72,7 +72,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
             }
             ignored_thresholds = outcome;
         }
-        let interval_ms = guc::local_state_interval_ms();
+        let interval_ms = crate::settings::local_state_interval_ms();
         let shutting_down = shutdown_requested();
         let last_ms = slot.state.last_timestamp_ms(&layout);
         // Padded at shutdown too: backends may still be issuing ids until they are gone.

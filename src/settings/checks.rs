@@ -1,0 +1,260 @@
+//! The checks of the settings' combinations, which PostgreSQL cannot make one setting at a time:
+//! the layout, the machine id against it, the lease timings, the names and the lease store.
+
+use super::table::{
+    int_range, setting_text, DistributorSetting, DATABASE, DISTRIBUTOR, INSTANCE_ID, LEASE_STORE,
+    MACHINE_ID, NAMESPACE, SEQUENCE_RESET_THRESHOLD, STABLE,
+};
+use super::{
+    clock_thresholds, lease_timing, LeaseSettings, MachineSource, ServerSettings,
+    MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN,
+};
+use crate::error::CosidError;
+use cosid_core::distributor::{self, DistributorKind, NoMachineId};
+use cosid_core::generator::GeneratorConfig;
+use cosid_core::layout::{self, Layout, LayoutError, TimeUnit};
+use pgrx::GucSetting;
+use std::ffi::{CStr, CString};
+
+fn string_setting(setting: &GucSetting<Option<CString>>) -> String {
+    setting
+        .get()
+        .map(|value| value.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn refused(name: &str, value: impl std::fmt::Display) -> CosidError {
+    CosidError::invalid_argument(format!("invalid value for parameter \"{name}\": {value}"))
+}
+
+/// The refusal of a name holding a control character (a tab, a newline, ...): names are
+/// written into logs, the lease table and the local state file, and one that does not print as
+/// itself is a mistake, such as `'a\tb'` in postgresql.conf, where `\t` is a tab.
+fn control_character(name: &str, what: &str, value: &str) -> Option<CosidError> {
+    let (at, character) = value.char_indices().find(|(_, c)| c.is_control())?;
+    Some(
+        refused(name, format!("{:?}", value))
+            .detail(format!(
+                "{what} may not contain control characters; this one has {} at byte {at}.",
+                character.escape_unicode()
+            ))
+            .hint(format!(
+                "Set {name} to printable text (a backslash in a quoted value of postgresql.conf \
+                 starts an escape: write \\\\ for one), and restart the server."
+            )),
+    )
+}
+
+/// Reads and checks the server-start settings together.
+///
+/// `check_lease_store` checks the syntax of `cosid.lease_store` (the caller passes
+/// `store::remote::check`): the settings sit below the stores, which read them, so they are
+/// handed the check rather than reaching up for it.
+pub fn server_settings(
+    check_lease_store: fn(&str) -> Result<(), String>,
+) -> Result<ServerSettings, CosidError> {
+    let layout = layout_setting()?;
+    clock_within_layout(&layout, crate::host::unix_ms_now())?;
+    let namespace = string_setting(&NAMESPACE);
+    if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
+        return Err(
+            refused("cosid.namespace", format!("\"{namespace}\"")).detail(format!(
+                "A namespace is 1 to {MAX_NAMESPACE_LEN} bytes long."
+            )),
+        );
+    }
+    if let Some(refusal) = control_character("cosid.namespace", "A namespace", &namespace) {
+        return Err(refusal);
+    }
+    let distributor = match DISTRIBUTOR.get() {
+        DistributorSetting::Lease => DistributorKind::Lease,
+        DistributorSetting::Manual => DistributorKind::Manual,
+        DistributorSetting::StatefulSet => DistributorKind::StatefulSet,
+    };
+    let hostname = std::env::var("HOSTNAME").ok();
+    let machine = match distributor::resolve(
+        distributor,
+        i64::from(MACHINE_ID.get()),
+        hostname.as_deref(),
+        layout.max_machine_id(),
+    ) {
+        Some(Ok(machine_id)) => MachineSource::Fixed(machine_id),
+        Some(Err(why @ NoMachineId::ManualOutOfRange { .. })) => {
+            return Err(refused("cosid.machine_id", MACHINE_ID.get())
+                .detail(why.detail())
+                .hint(why.hint()));
+        }
+        Some(Err(why)) => MachineSource::Missing(why),
+        None => MachineSource::Leased(lease_settings(check_lease_store)?),
+    };
+    let backwards = clock_thresholds().map_err(|why| {
+        CosidError::invalid_argument("invalid combination of cosid clock settings")
+            .detail(format!("{why}."))
+            .hint("Set cosid.clock_backwards_spin_threshold at most as long as cosid.clock_backwards_broken_threshold.")
+    })?;
+    Ok(ServerSettings {
+        config: GeneratorConfig {
+            layout,
+            sequence_reset_threshold: SEQUENCE_RESET_THRESHOLD.get() as u32,
+        },
+        namespace,
+        distributor,
+        machine,
+        backwards,
+    })
+}
+
+/// Refuses a layout that does not cover the current time: such a server could issue no id, and
+/// a lease it claimed would carry a watermark outside its layout.
+fn clock_within_layout(layout: &Layout, now_unix_ms: i64) -> Result<(), CosidError> {
+    let Err(why) = layout.unix_ms_to_ticks(now_unix_ms) else {
+        return Ok(());
+    };
+    let range = format!(
+        "Ids of this layout cover {} to {}: cosid.epoch plus 2^{} {}s (cosid.timestamp_bits). \
+         The clock reads {}.",
+        layout::format_unix_ms(layout.epoch_ms()),
+        layout::format_unix_ms(layout.max_unix_ms()),
+        layout.timestamp_bits(),
+        layout.time_unit().name(),
+        layout::format_unix_ms(now_unix_ms)
+    );
+    Err(match why {
+        layout::TimeRangeError::BeforeEpoch => {
+            CosidError::invalid_argument("cosid.epoch is in the future")
+                .detail(range)
+                .hint(
+                    "Set cosid.epoch to an instant in the past, such as CosId's \
+                     2019-12-24T16:00:00Z, and restart the server.",
+                )
+        }
+        layout::TimeRangeError::AfterMaximum => CosidError::invalid_argument(
+            "the current time is after the last instant of the cosid layout",
+        )
+        .detail(range)
+        .hint(
+            "Raise cosid.timestamp_bits, or set cosid.epoch to a later instant, so that the \
+             layout covers the years ahead, and restart the server. Ids of the old layout decode \
+             differently under the new one.",
+        ),
+    })
+}
+
+fn lease_settings(
+    check_lease_store: fn(&str) -> Result<(), String>,
+) -> Result<LeaseSettings, CosidError> {
+    let database = string_setting(&DATABASE);
+    if database.is_empty() {
+        return Err(refused("cosid.database", "\"\"")
+            .detail("The lease table needs a database.")
+            .hint("Set cosid.database to the database where you run CREATE EXTENSION cosid."));
+    }
+    let instance_id = Some(string_setting(&INSTANCE_ID)).filter(|id| !id.is_empty());
+    if let Some(id) = &instance_id {
+        if id.len() > MAX_INSTANCE_ID_LEN {
+            return Err(
+                refused("cosid.instance_id", format!("\"{id}\"")).detail(format!(
+                    "An instance id is at most {MAX_INSTANCE_ID_LEN} bytes long."
+                )),
+            );
+        }
+    }
+    if let Some(refusal) = instance_id
+        .as_deref()
+        .and_then(|id| control_character("cosid.instance_id", "An instance id", id))
+    {
+        return Err(refusal);
+    }
+    let stable = STABLE.get();
+    if stable && instance_id.is_none() {
+        return Err(refused("cosid.stable", "on")
+            .detail("A stable instance keeps its machine id across restarts, so it needs an identity that survives them.")
+            .hint("Set cosid.instance_id to a name that stays the same across restarts, such as the host name."));
+    }
+    lease_timing()
+        .validate()
+        .map_err(|why| {
+            CosidError::invalid_argument("invalid combination of cosid lease settings")
+                .detail(format!("{why}."))
+                .hint("Shorten cosid.guarder_delay or cosid.guarder_initial_delay, or lengthen cosid.safe_guard_duration.")
+        })?;
+    let lease_store = Some(string_setting(&LEASE_STORE)).filter(|text| !text.trim().is_empty());
+    if let Some(conninfo) = &lease_store {
+        check_lease_store(conninfo).map_err(|why| {
+            // The value is never quoted: it may hold a password.
+            CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
+                .detail(format!("{why}."))
+                .hint("Write a libpq connection string: key=value pairs, such as host=store.example dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt, with a value that holds spaces in single quotes; or a URL, such as postgresql://cosid@store.example/cosid?sslmode=require, with reserved characters percent-encoded.")
+        })?;
+    }
+    Ok(LeaseSettings {
+        lease_store,
+        database,
+        instance_id,
+        stable,
+    })
+}
+
+fn invalid_setting(name: &CStr, value: &str) -> CosidError {
+    CosidError::invalid_argument(format!(
+        "invalid value for parameter \"{}\": \"{value}\"",
+        name.to_string_lossy()
+    ))
+}
+
+/// A layout bits setting read by name, checked against the range of its row in the table.
+fn bits_setting(name: &CStr, default: u32) -> Result<u32, CosidError> {
+    let Some(text) = setting_text(name) else {
+        return Ok(default);
+    };
+    let range = int_range(name).expect("every layout bits setting is an integer of the table");
+    match text.trim().parse::<i32>() {
+        Ok(bits) if range.contains(&bits) => Ok(bits as u32),
+        _ => Err(invalid_setting(name, &text).detail(format!(
+            "{} must be an integer from {} to {}.",
+            name.to_string_lossy(),
+            range.start(),
+            range.end()
+        ))),
+    }
+}
+
+/// The layout the settings describe. It reads the settings by name rather than through the
+/// statics, so that it works where the library is not preloaded and they are not defined.
+pub fn layout_setting() -> Result<Layout, CosidError> {
+    let epoch_text = setting_text(c"cosid.epoch").unwrap_or_else(|| "2019-12-24T16:00:00Z".into());
+    let epoch_ms = layout::parse_epoch(&epoch_text)
+        .map_err(|why| invalid_setting(c"cosid.epoch", &epoch_text).detail(why))?;
+    let time_unit = match setting_text(c"cosid.time_unit") {
+        None => TimeUnit::Millisecond,
+        Some(text) => match text.trim().to_ascii_lowercase().as_str() {
+            "millisecond" => TimeUnit::Millisecond,
+            "second" => TimeUnit::Second,
+            _ => {
+                return Err(invalid_setting(c"cosid.time_unit", &text)
+                    .detail("Available values: millisecond, second."))
+            }
+        },
+    };
+    Layout::new(
+        epoch_ms,
+        time_unit,
+        bits_setting(c"cosid.timestamp_bits", layout::DEFAULT_TIMESTAMP_BITS)?,
+        bits_setting(c"cosid.machine_bits", layout::DEFAULT_MACHINE_BITS)?,
+        bits_setting(c"cosid.sequence_bits", layout::DEFAULT_SEQUENCE_BITS)?,
+    )
+    .map_err(|why| {
+        let hint = match why {
+            LayoutError::EpochNotWholeSecond { .. } => {
+                "Set cosid.epoch to a whole second, and restart the server."
+            }
+            _ => {
+                "Choose cosid.timestamp_bits, cosid.machine_bits and cosid.sequence_bits that \
+                 add up to at most 63, and restart the server."
+            }
+        };
+        CosidError::invalid_argument("invalid combination of cosid layout settings")
+            .detail(format!("{why}."))
+            .hint(hint)
+    })
+}
