@@ -8,7 +8,11 @@
 //! [ 0 ][ ticks since epoch (timestamp_bits) ][ machine id (m) ][ sequence (s) ]
 //! ```
 
-use std::fmt;
+use std::fmt::{self, Write as _};
+use std::sync::LazyLock;
+
+use chrono::format::{Item, StrftimeItems};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime};
 
 /// CosId's epoch: 2019-12-24T16:00:00Z, in Unix milliseconds.
 pub const COSID_EPOCH_MS: i64 = 1_577_203_200_000;
@@ -372,28 +376,22 @@ impl Layout {
     /// make, and for one dated after the year 9999, which the form cannot write.
     pub fn to_friendly(&self, id: i64) -> Option<String> {
         let parts = self.decompose(id)?;
-        let unix_ms = self.ticks_to_unix_ms(parts.ticks);
-        let civil = CivilTime::from_unix_ms(unix_ms);
-        if civil.year > 9999 {
+        static MILLISECOND_STAMP: LazyLock<Vec<Item>> = LazyLock::new(|| strftime("%m%d%H%M%S%3f"));
+        static SECOND_STAMP: LazyLock<Vec<Item>> = LazyLock::new(|| strftime("%m%d%H%M%S"));
+        let time = UtcTime::from_unix_ms(self.ticks_to_unix_ms(parts.ticks));
+        if time.year > 9999 {
             return None;
         }
-        let stamp = match self.time_unit {
-            TimeUnit::Millisecond => format!(
-                "{:04}{:02}{:02}{:02}{:02}{:02}{:03}",
-                civil.year,
-                civil.month,
-                civil.day,
-                civil.hour,
-                civil.minute,
-                civil.second,
-                civil.milli
-            ),
-            TimeUnit::Second => format!(
-                "{:04}{:02}{:02}{:02}{:02}{:02}",
-                civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second
-            ),
-        };
-        Some(format!("{stamp}-{}-{}", parts.machine_id, parts.sequence))
+        let mut text = String::with_capacity(32);
+        time.write(
+            &mut text,
+            match self.time_unit {
+                TimeUnit::Millisecond => &MILLISECOND_STAMP,
+                TimeUnit::Second => &SECOND_STAMP,
+            },
+        );
+        write!(text, "-{}-{}", parts.machine_id, parts.sequence).expect("a String takes any text");
+        Some(text)
     }
 
     /// Parses CosId's friendly form, padded (`20220320053617924-0005-0000`) or not
@@ -414,19 +412,18 @@ impl Layout {
         if stamp.len() != stamp_len || !stamp.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ParseError::Timestamp);
         }
+        // chrono's `%Y` would read every digit as the year: the fields are cut at their fixed
+        // widths here, and chrono checks them and counts the milliseconds.
         let field = |from: usize, to: usize| -> u32 {
             stamp[from..to].parse().expect("checked to be ASCII digits")
         };
-        let civil = CivilTime {
-            year: field(0, 4) as i64,
-            month: field(4, 6),
-            day: field(6, 8),
-            hour: field(8, 10),
-            minute: field(10, 12),
-            second: field(12, 14),
-            milli: if stamp_len == 17 { field(14, 17) } else { 0 },
-        };
-        let unix_ms = civil.to_unix_ms().ok_or(ParseError::Timestamp)?;
+        let unix_ms = utc_unix_ms(
+            field(0, 4),
+            [field(4, 6), field(6, 8)],
+            [field(8, 10), field(10, 12), field(12, 14)],
+            if stamp_len == 17 { field(14, 17) } else { 0 },
+        )
+        .ok_or(ParseError::Timestamp)?;
         let ticks = self
             .unix_ms_to_ticks(unix_ms)
             .map_err(ParseError::TimeRange)?;
@@ -471,25 +468,18 @@ fn parse_iso_instant(text: &str) -> Option<i64> {
     if !(expect(4, b'-') && expect(7, b'-')) {
         return None;
     }
-    let mut civil = CivilTime {
-        year: i64::from(digits(0, 4)?),
-        month: digits(5, 2)?,
-        day: digits(8, 2)?,
-        hour: 0,
-        minute: 0,
-        second: 0,
-        milli: 0,
-    };
+    let (year, month, day) = (digits(0, 4)?, digits(5, 2)?, digits(8, 2)?);
+    let (mut hour, mut minute, mut second, mut milli) = (0, 0, 0, 0);
     let mut at = 10;
     if matches!(bytes.get(at), Some(b'T' | b't' | b' ')) {
-        civil.hour = digits(at + 1, 2)?;
+        hour = digits(at + 1, 2)?;
         if !expect(at + 3, b':') {
             return None;
         }
-        civil.minute = digits(at + 4, 2)?;
+        minute = digits(at + 4, 2)?;
         at += 6;
         if expect(at, b':') {
-            civil.second = digits(at + 1, 2)?;
+            second = digits(at + 1, 2)?;
             at += 3;
             if expect(at, b'.') {
                 let fraction_len = text[at + 1..]
@@ -501,7 +491,7 @@ fn parse_iso_instant(text: &str) -> Option<i64> {
                 }
                 let fraction = &text[at + 1..at + 1 + fraction_len];
                 let padded = format!("{:0<3}", &fraction[..fraction_len.min(3)]);
-                civil.milli = padded.parse().ok()?;
+                milli = padded.parse().ok()?;
                 at += 1 + fraction_len;
             }
         }
@@ -537,16 +527,16 @@ fn parse_iso_instant(text: &str) -> Option<i64> {
             sign * (hours * 60 + minutes)
         }
     };
-    Some(civil.to_unix_ms()? - offset_minutes * 60_000)
+    let unix_ms = utc_unix_ms(year, [month, day], [hour, minute, second], milli)?;
+    Some(unix_ms - offset_minutes * 60_000)
 }
 
 /// A Unix time in milliseconds as PostgreSQL prints a UTC timestamptz, for messages.
 pub fn format_unix_ms(unix_ms: i64) -> String {
-    let civil = CivilTime::from_unix_ms(unix_ms);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}+00",
-        civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second, civil.milli
-    )
+    static AFTER_YEAR: LazyLock<Vec<Item>> = LazyLock::new(|| strftime("-%m-%d %H:%M:%S%.3f+00"));
+    let mut text = String::with_capacity(32);
+    UtcTime::from_unix_ms(unix_ms).write(&mut text, &AFTER_YEAR);
+    text
 }
 
 /// Text in double quotes, for a message. With `ascii_only`, for a server whose encoding is not
@@ -625,96 +615,65 @@ pub fn from_radix62(text: &str) -> Result<i64, ParseError> {
     i64::try_from(value).map_err(|_| ParseError::Radix62Overflow)
 }
 
-/// A UTC calendar time with millisecond precision, for the friendly form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct CivilTime {
-    year: i64,
-    month: u32,
-    day: u32,
-    hour: u32,
-    minute: u32,
-    second: u32,
+/// The Unix millisecond of a UTC calendar time, or `None` for a field out of its calendar
+/// range (month 13, February 30, hour 24, second 60...). The year is one of the texts' four
+/// digits, well within chrono's range.
+fn utc_unix_ms(
+    year: u32,
+    [month, day]: [u32; 2],
+    [hour, minute, second]: [u32; 3],
     milli: u32,
+) -> Option<i64> {
+    debug_assert!(year <= 9999 && milli <= 999);
+    let time = NaiveDate::from_ymd_opt(year as i32, month, day)?
+        .and_hms_milli_opt(hour, minute, second, milli)?;
+    Some(time.and_utc().timestamp_millis())
 }
 
-const MS_PER_DAY: i64 = 86_400_000;
+/// chrono's items of a format that has no year, parsed once rather than at every formatting.
+fn strftime(format: &'static str) -> Vec<Item<'static>> {
+    StrftimeItems::new(format)
+        .parse_to_owned()
+        .expect("a valid format")
+}
 
-impl CivilTime {
-    fn from_unix_ms(unix_ms: i64) -> CivilTime {
-        let days = unix_ms.div_euclid(MS_PER_DAY);
-        let ms_of_day = unix_ms.rem_euclid(MS_PER_DAY);
-        let (year, month, day) = civil_from_days(days);
-        CivilTime {
-            year,
-            month,
-            day,
-            hour: (ms_of_day / 3_600_000) as u32,
-            minute: (ms_of_day / 60_000 % 60) as u32,
-            second: (ms_of_day / 1000 % 60) as u32,
-            milli: (ms_of_day % 1000) as u32,
+/// The milliseconds of 400 Gregorian years (146,097 days), after which the calendar repeats.
+const MS_PER_GREGORIAN_CYCLE: i64 = 146_097 * 86_400_000;
+
+/// A Unix millisecond as a UTC calendar time, for the texts.
+///
+/// chrono's dates end near the years -262,000 and 262,000, an `i64` of Unix milliseconds near
+/// -292 and 292 million, and a layout with many timestamp bits reaches that far. So chrono
+/// reads the instant moved by whole 400-year cycles into 1970 .. 2369, which keeps its month,
+/// day and time, and the cycles are added back to the year.
+struct UtcTime {
+    year: i64,
+    /// Month, day and time; its own year is the one in 1970 .. 2369, not `year`.
+    rest: NaiveDateTime,
+}
+
+impl UtcTime {
+    /// Writes the year, at least four digits (`{:04}`, as before chrono: chrono's `%Y` would
+    /// write the years before 0 and after 9999 differently) and then the rest of the time in
+    /// chrono's `items`.
+    fn write(&self, text: &mut String, items: &[Item]) {
+        write!(text, "{:04}", self.year).expect("a String takes any text");
+        self.rest
+            .format_with_items(items.iter())
+            .write_to(text)
+            .expect("a String takes any text");
+    }
+
+    fn from_unix_ms(unix_ms: i64) -> UtcTime {
+        let cycles = unix_ms.div_euclid(MS_PER_GREGORIAN_CYCLE);
+        let rest = DateTime::from_timestamp_millis(unix_ms.rem_euclid(MS_PER_GREGORIAN_CYCLE))
+            .expect("1970 .. 2369 is within chrono's range")
+            .naive_utc();
+        UtcTime {
+            year: i64::from(rest.year()) + 400 * cycles,
+            rest,
         }
     }
-
-    /// `None` when a field is out of its calendar range (month 13, February 30, hour 24...).
-    fn to_unix_ms(self) -> Option<i64> {
-        if !(1..=12).contains(&self.month)
-            || self.day == 0
-            || self.day > days_in_month(self.year, self.month)
-            || self.hour > 23
-            || self.minute > 59
-            || self.second > 59
-            || self.milli > 999
-        {
-            return None;
-        }
-        let days = days_from_civil(self.year, self.month, self.day);
-        Some(
-            days * MS_PER_DAY
-                + i64::from(self.hour) * 3_600_000
-                + i64::from(self.minute) * 60_000
-                + i64::from(self.second) * 1000
-                + i64::from(self.milli),
-        )
-    }
-}
-
-fn is_leap_year(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if is_leap_year(year) => 29,
-        _ => 28,
-    }
-}
-
-// Days since 1970-01-01 of a proleptic Gregorian date, and back (H. Hinnant's algorithms).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month = i64::from(month);
-    let day_of_year =
-        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
@@ -1042,8 +1001,13 @@ mod tests {
             (19_417, (2023, 3, 1)),
             (-719_468, (0, 3, 1)),
         ] {
-            assert_eq!(civil_from_days(days), date);
-            assert_eq!(days_from_civil(date.0, date.1, date.2), days);
+            let unix_ms = days * 86_400_000;
+            let time = UtcTime::from_unix_ms(unix_ms);
+            assert_eq!((time.year, time.rest.month(), time.rest.day()), date);
+            assert_eq!(
+                utc_unix_ms(date.0 as u32, [date.1, date.2], [0, 0, 0], 0),
+                Some(unix_ms)
+            );
         }
     }
 
@@ -1084,5 +1048,206 @@ mod tests {
             let message = parse_epoch(bad).unwrap_err();
             assert!(message.contains(bad.trim()), "{message}");
         }
+    }
+
+    /// Not a check: times 1,000,000 friendly-form formats and parses, and 1,000,000
+    /// `format_unix_ms`, the best of seven rounds. Run with
+    /// `cargo test -p cosid-core --release -- --ignored --nocapture friendly_form_timing`.
+    #[test]
+    #[ignore]
+    fn friendly_form_timing() {
+        use std::hint::black_box;
+        use std::time::{Duration, Instant};
+        const N: u64 = 1_000_000;
+        let layout = Layout::cosid_default();
+        // Ids about 20 minutes apart from 2022 on: every field of the stamp varies.
+        let id_at = |i: u64| COSID_VECTOR_ID + ((i * 1_234_567) << 22) as i64 + (i % 4096) as i64;
+        let texts: Vec<String> = (0..N)
+            .map(|i| layout.to_friendly(id_at(i)).unwrap())
+            .collect();
+        let mut best = [Duration::MAX; 3];
+        let mut check = 0i64;
+        for _ in 0..7 {
+            let started = Instant::now();
+            for i in 0..N {
+                let text = layout.to_friendly(black_box(id_at(i))).unwrap();
+                check = check.wrapping_add(black_box(text).len() as i64);
+            }
+            best[0] = best[0].min(started.elapsed());
+            let started = Instant::now();
+            for text in &texts {
+                check = check.wrapping_add(layout.from_friendly(black_box(text)).unwrap());
+            }
+            best[1] = best[1].min(started.elapsed());
+            let started = Instant::now();
+            for i in 0..N {
+                let text = format_unix_ms(black_box(1_647_754_577_924 + (i * 1_234_567) as i64));
+                check = check.wrapping_add(black_box(text).len() as i64);
+            }
+            best[2] = best[2].min(started.elapsed());
+        }
+        let [format, parse, message] = best.map(|d| d.as_nanos() / u128::from(N));
+        println!(
+            "ns each, best of 7 rounds of {N}: to_friendly {format}, from_friendly {parse}, \
+             format_unix_ms {message} [{check}]"
+        );
+    }
+
+    /// Friendly forms at calendar corners, read and written back. The Unix milliseconds were
+    /// worked out apart from this code, with Python's `datetime`.
+    #[test]
+    fn friendly_form_round_trips_at_calendar_corners() {
+        let from_1900 = Layout::new(
+            parse_epoch("1900-01-01").unwrap(),
+            TimeUnit::Millisecond,
+            42,
+            5,
+            10,
+        )
+        .unwrap();
+        let from_year_0 = Layout::new(
+            parse_epoch("0000-01-01").unwrap(),
+            TimeUnit::Millisecond,
+            62,
+            0,
+            1,
+        )
+        .unwrap();
+        let seconds = Layout::new(0, TimeUnit::Second, 40, 10, 12).unwrap();
+        let cases: [(&Layout, i64, &str); 16] = [
+            (&from_1900, -2_208_988_800_000, "19000101000000000-0-0"),
+            (&from_1900, -1, "19691231235959999-31-1023"),
+            (&from_1900, 0, "19700101000000000-1-2"),
+            (&from_1900, 951_782_399_999, "20000228235959999-0-0"),
+            (&from_1900, 951_782_400_000, "20000229000000000-0-0"),
+            (&from_1900, 951_868_800_000, "20000301000000000-0-0"),
+            (&from_1900, 1_704_067_199_999, "20231231235959999-0-0"),
+            (&from_1900, 1_704_067_200_000, "20240101000000000-0-0"),
+            (&from_1900, 1_709_164_800_000, "20240229000000000-0-0"),
+            (&from_year_0, -62_167_219_200_000, "00000101000000000-0-0"),
+            (&from_year_0, -62_162_121_600_000, "00000229000000000-0-0"),
+            (&from_year_0, 4_107_542_399_999, "21000228235959999-0-1"),
+            (&from_year_0, 4_107_542_400_000, "21000301000000000-0-0"),
+            (&from_year_0, 253_402_300_799_999, "99991231235959999-0-0"),
+            (&seconds, 0, "19700101000000-1023-4095"),
+            (&seconds, 1_709_251_199_000, "20240229235959-7-0"),
+        ];
+        for (layout, unix_ms, friendly) in cases {
+            let parts = layout
+                .decompose(layout.from_friendly(friendly).unwrap())
+                .unwrap();
+            assert_eq!(layout.ticks_to_unix_ms(parts.ticks), unix_ms, "{friendly}");
+            let id = layout.compose(parts).unwrap();
+            assert_eq!(layout.to_friendly(id).as_deref(), Some(friendly));
+        }
+        // The last instant of CosId's 41-bit layout, as the SQL tests print it.
+        let default = Layout::cosid_default();
+        let last = default
+            .compose(IdParts {
+                ticks: default.max_ticks(),
+                machine_id: default.max_machine_id(),
+                sequence: default.max_sequence(),
+            })
+            .unwrap();
+        assert_eq!(last, i64::MAX);
+        assert_eq!(
+            default.to_friendly(last).unwrap(),
+            "20890830074735551-1023-4095"
+        );
+        assert_eq!(
+            default.from_friendly("20890830074735551-1023-4095"),
+            Ok(i64::MAX)
+        );
+        assert_eq!(
+            format_unix_ms(default.max_unix_ms()),
+            "2089-08-30 07:47:35.551+00"
+        );
+        // The form stops after the year 9999.
+        let after_9999 = from_year_0.smallest_id_at(253_402_300_800_000).unwrap();
+        assert_eq!(from_year_0.to_friendly(after_9999), None);
+        assert_eq!(
+            from_year_0.to_friendly(after_9999 - 2),
+            Some("99991231235959999-0-0".into())
+        );
+    }
+
+    #[test]
+    fn friendly_form_refuses_dates_that_do_not_exist() {
+        let layout = Layout::new(
+            parse_epoch("0000-01-01").unwrap(),
+            TimeUnit::Millisecond,
+            62,
+            0,
+            1,
+        )
+        .unwrap();
+        for text in [
+            "20240230000000000-0-0", // February 30
+            "20230229000000000-0-0", // February 29 of a common year
+            "19000229000000000-0-0", // 1900 is not a leap year
+            "20240431000000000-0-0", // April 31
+            "20241301000000000-0-0", // month 13
+            "20240001000000000-0-0", // month 0
+            "20240100000000000-0-0", // day 0
+            "20240132000000000-0-0", // day 32
+            "20240101240000000-0-0", // hour 24
+            "20240101006000000-0-0", // minute 60
+            "20240101000060000-0-0", // second 60, a leap second
+        ] {
+            assert_eq!(
+                layout.from_friendly(text),
+                Err(ParseError::Timestamp),
+                "{text}"
+            );
+        }
+        for text in ["20000229000000000-0-0", "00000229000000000-0-0"] {
+            assert!(layout.from_friendly(text).is_ok(), "{text}");
+        }
+        assert!(parse_epoch("2023-02-29").is_err());
+        assert!(parse_epoch("2019-12-24T16:00:60Z").is_err());
+        assert_eq!(
+            parse_epoch("2024-02-29T00:00:00.999+23:59"),
+            Ok(1_709_078_460_999)
+        );
+    }
+
+    /// chrono's dates end near the year 262,000, Unix milliseconds near 292 million: the texts
+    /// go on past chrono, as they did before it.
+    #[test]
+    fn times_beyond_chronos_range_are_written() {
+        assert!(DateTime::from_timestamp_millis(i64::MAX).is_none());
+        for (unix_ms, text) in [
+            (i64::MAX, "292278994-08-17 07:12:55.807+00"),
+            (i64::MIN, "-292275055-05-16 16:47:04.192+00"),
+            (8_210_298_412_799_999, "262143-12-31 23:59:59.999+00"),
+            (8_210_298_412_800_000, "262144-01-01 00:00:00.000+00"),
+            (-8_334_601_228_800_000, "-262143-01-01 00:00:00.000+00"),
+            (-8_334_601_228_800_001, "-262144-12-31 23:59:59.999+00"),
+            (-8_334_632_851_200_001, "-262145-12-31 23:59:59.999+00"),
+            (253_402_300_800_000, "10000-01-01 00:00:00.000+00"),
+            (-62_167_219_200_000, "0000-01-01 00:00:00.000+00"),
+            // Years before 0 as `{:04}` writes them, which is not chrono's `%Y` ("-0001").
+            (-62_167_219_200_001, "-001-12-31 23:59:59.999+00"),
+            (-1, "1969-12-31 23:59:59.999+00"),
+        ] {
+            assert_eq!(format_unix_ms(unix_ms), text, "{unix_ms}");
+        }
+        // A layout reaching 146 million years past 1970.
+        let far = Layout::new(0, TimeUnit::Millisecond, 62, 0, 1).unwrap();
+        assert_eq!(
+            format_unix_ms(far.max_unix_ms()),
+            "146140482-04-24 15:36:27.903+00"
+        );
+        assert_eq!(far.to_friendly(i64::MAX), None);
+        // An epoch a minute into the year -1, which `cosid.epoch` accepts.
+        let before_0 = Layout::new(
+            parse_epoch("0000-01-01T00:00+23:59").unwrap(),
+            TimeUnit::Millisecond,
+            41,
+            10,
+            12,
+        )
+        .unwrap();
+        assert_eq!(before_0.to_friendly(1).unwrap(), "-0011231000100000-0-1");
     }
 }
