@@ -57,6 +57,7 @@ unit-test:
 # Formatting once; clippy for each tested version's feature (pgrx's bindings differ).
 lint: setup
 	cargo fmt --all -- --check
+	cargo clippy -p cosid-core --all-targets -- -D warnings
 	set -e; for version in $(TESTED_PG); do \
 		cargo clippy --release --all-targets --no-default-features --features pg$$version \
 			-- -D warnings; \
