@@ -71,19 +71,11 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         status: &slot.lease,
         layout,
     };
-    let thresholds = apply_clock_thresholds().err();
-    let timing = settings::lease_timing();
-    let mut session = Session::new(
-        shared,
-        holder,
-        &lease_settings.database,
-        store,
-        ServerEnv,
-        timing,
-    );
-    if let Some(line) = thresholds {
+    let mut session = Session::new(shared, holder, &lease_settings.database, store, ServerEnv);
+    if let Err(line) = apply_clock_thresholds() {
         session.note(LogLevel::Warning, line);
     }
+    session.start(settings::lease_timing());
     loop {
         if reload_if_signalled() {
             if let Err(line) = apply_clock_thresholds() {

@@ -145,18 +145,24 @@ pub struct Session<'a, S: LeaseStore, E: Env> {
 }
 
 impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
-    /// A session that holds nothing yet; the generator stays closed until a claim succeeds.
-    /// `timing` are the settings as they are now: a reload since the server checked them may
-    /// have made them unsafe, and delays that could let the lease lapse are shortened.
+    /// A session over `slot`, with no timings in force until [`Session::start`].
+    ///
+    /// The status in shared memory outlives a worker that ended on an error and was started
+    /// again, and so does the open generator: a machine id the status shows held is taken over,
+    /// under its claim's token, and renewed at once. Claiming afresh instead would leave the
+    /// generator open under a lease nobody renews.
     pub fn new(
         slot: Slot<'a>,
         holder: Holder,
         database: &str,
         store: S,
         env: E,
-        timing: LeaseTiming,
     ) -> Session<'a, S, E> {
-        let mut session = Session {
+        let held = slot
+            .status
+            .held()
+            .map(|(machine_id, token)| Held { machine_id, token });
+        Session {
             generator: slot.generator,
             status: slot.status,
             layout: slot.layout,
@@ -164,23 +170,32 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             database: database.to_string(),
             store,
             env,
-            timing,
-            held: None,
+            timing: LeaseTiming {
+                safe_guard_ms: 1,
+                guarder_delay_ms: 1,
+                guarder_initial_delay_ms: 1,
+            },
+            held,
             pending_release: None,
             claim_token: None,
             next_renewal_ms: 0,
             next_state_write_ms: 0,
             last_logged: String::new(),
-        };
+        }
+    }
+
+    /// Puts the timings in force that the settings say now: the server checked them at start,
+    /// but a reload since may have made them unsafe, and delays that could let the lease lapse
+    /// are shortened.
+    pub fn start(&mut self, timing: LeaseTiming) {
         if let Err(why) = timing.validate() {
-            session.note(
+            self.note(
                 LogLevel::Warning,
                 format!("cosid: shortening the lease delays: {why}"),
             );
         }
-        session.timing = timing.clamped();
-        session.publish_timing();
-        session
+        self.timing = timing.clamped();
+        self.publish_timing();
     }
 
     /// The machine id held, if any.
@@ -987,7 +1002,9 @@ mod tests {
                 status: &self.status,
                 layout: layout(),
             };
-            Session::new(slot, holder, "app", store, env, timing)
+            let mut session = Session::new(slot, holder, "app", store, env);
+            session.start(timing);
+            session
         }
 
         /// One id, as a backend would issue it at `wall_ms`, `mono_ms`.
@@ -1667,5 +1684,51 @@ mod tests {
         session.reload(timing());
         assert_eq!(session.timing(), timing());
         assert_eq!(shared.status.timing_ms(), Some((4_000, 1_000)));
+    }
+    #[test]
+    fn a_restarted_worker_takes_over_the_machine_id_it_holds_and_renews_at_once() {
+        let shared = Shared::new();
+        let mut first = shared.session(
+            store_with_claims([claimed("new", 5, 0)]),
+            ScriptedEnv::default(),
+        );
+        first.step();
+        let issued = shared
+            .next_id(START_WALL_MS + 10, START_MONO_MS + 10)
+            .unwrap();
+        // The worker ends on an error, without its shutdown: the generator and the status stay.
+        drop(first);
+        let env = ScriptedEnv {
+            mono_ms: START_MONO_MS + 2_000,
+            wall_ms: START_WALL_MS + 2_000,
+            ..ScriptedEnv::default()
+        };
+        let mut second = shared.session(store_with_claims([]), env);
+        assert_eq!(
+            second.held(),
+            Some(Held {
+                machine_id: 5,
+                token: TOKEN
+            })
+        );
+        assert_eq!(second.next_wake_ms(), 0);
+        second.step();
+        assert!(second.store.calls_of("lease_claim").is_empty());
+        let renewal = &second.store.calls_of("lease_renew")[0].params;
+        assert_eq!(
+            renewal[3],
+            crate::protocol::Param::Text(format!("{TOKEN:016x}"))
+        );
+        assert_eq!(
+            shared.generator.deadline_ms(),
+            START_MONO_MS + 2_000 + 3_600
+        );
+        let next = shared
+            .next_id(START_WALL_MS + 2_001, START_MONO_MS + 2_001)
+            .unwrap();
+        assert!(next > issued);
+        // Its shutdown releases what the first worker held.
+        second.shutdown();
+        assert_eq!(second.store.calls_of("lease_release").len(), 1);
     }
 }
