@@ -24,9 +24,12 @@ def machine_of(value):
 class Concurrency(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # Durable: a backend killed with SIGKILL throws away the WAL not yet written, and with
+        # asynchronous commit that could be CREATE EXTENSION itself (the ids are copied out, not
+        # stored, so durability costs nothing here).
         cls.cluster = Cluster("concurrency", free_port(25130),
-                              {"cosid.distributor": "manual",
-                                                       "cosid.machine_id": MACHINE_ID}).init()
+                              {"cosid.distributor": "manual", "cosid.machine_id": MACHINE_ID},
+                              durable=True).init()
         cls.cluster.start()
         cls.cluster.query("CREATE EXTENSION cosid")
 
