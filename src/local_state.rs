@@ -107,9 +107,11 @@ pub fn read() -> Result<Option<StateRecord>, Unusable> {
 
 /// The floor to honour now for `machine_id` of `namespace`, if `record` is for them: a record
 /// of another namespace or machine id says nothing about this one (the configuration changed).
-pub fn floor_ms(record: Option<&StateRecord>, namespace: &str, machine_id: u32) -> Option<i64> {
+fn floor_ms(record: Option<&StateRecord>, namespace: &str, machine_id: u32) -> Option<i64> {
     let record = record?;
-    (record.namespace == namespace && record.machine_id == machine_id).then(|| floor_now_ms(record))
+    record
+        .is_for(namespace, machine_id)
+        .then(|| floor_now_ms(record))
 }
 
 /// The floor a fixed machine id (`manual`, `stateful_set`) opens above, in ticks of `layout`: the

@@ -139,6 +139,12 @@ impl StateRecord {
         }
     }
 
+    /// Whether the record is about `machine_id` of `namespace`: a record of another one says
+    /// nothing about it (the configuration changed).
+    pub fn is_for(&self, namespace: &str, machine_id: u32) -> bool {
+        self.namespace == namespace && self.machine_id == machine_id
+    }
+
     /// The floor to honour now for this record's machine id: nothing may be issued at or
     /// before it.
     ///

@@ -394,20 +394,10 @@ impl Setting {
                 self.context.guc(),
                 self.flags,
             ),
-            Kind::Text { value, check: None } => GucRegistry::define_string_guc(
-                self.name,
-                self.short,
-                self.long,
-                value,
-                self.context.guc(),
-                self.flags,
-            ),
             // SAFETY: a check hook in the table is a `#[pg_guard]` function with the check-hook
-            // signature (see `Kind::Text`), so a panic in it does not unwind into PostgreSQL.
-            Kind::Text {
-                value,
-                check: Some(check),
-            } => unsafe {
+            // signature (see `Kind::Text`), so a panic in it does not unwind into PostgreSQL;
+            // without one, PostgreSQL only stores the value.
+            Kind::Text { value, check } => unsafe {
                 GucRegistry::define_string_guc_with_hooks(
                     self.name,
                     self.short,
@@ -415,7 +405,7 @@ impl Setting {
                     value,
                     self.context.guc(),
                     self.flags,
-                    Some(check),
+                    check,
                     None,
                     None,
                 )

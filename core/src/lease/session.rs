@@ -11,7 +11,8 @@
 //! settings and the local state file. The generator and the status it drives are the shared
 //! memory ones, plain atomics, so the tests look at exactly what backends would see.
 //!
-//! The session keeps what it holds to itself (`held`): the status is only written, for others.
+//! What the session holds is kept in the status alone: it outlives a worker that ended on an
+//! error and was started again, and so does the open generator, so a new session takes it over.
 //!
 //! Rules, in the order [`Session::step`] applies them:
 //! - A machine id given back whose release failed is released before anything is claimed.
@@ -132,7 +133,6 @@ pub struct Session<'a, S: LeaseStore, E: Env> {
     env: E,
     /// The timings in force: the settings at start, then each valid reload.
     timing: LeaseTiming,
-    held: Option<Held>,
     pending_release: Option<PendingRelease>,
     /// The token of the claim being made, kept until one succeeds (see the rules above).
     claim_token: Option<u64>,
@@ -158,10 +158,6 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         store: S,
         env: E,
     ) -> Session<'a, S, E> {
-        let held = slot
-            .status
-            .held()
-            .map(|(machine_id, token)| Held { machine_id, token });
         Session {
             generator: slot.generator,
             status: slot.status,
@@ -175,7 +171,6 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 guarder_delay_ms: 1,
                 guarder_initial_delay_ms: 1,
             },
-            held,
             pending_release: None,
             claim_token: None,
             next_renewal_ms: 0,
@@ -200,7 +195,9 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
 
     /// The machine id held, if any.
     pub fn held(&self) -> Option<Held> {
-        self.held
+        self.status
+            .held()
+            .map(|(machine_id, token)| Held { machine_id, token })
     }
 
     pub fn timing(&self) -> LeaseTiming {
@@ -233,7 +230,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     /// When the session next has something to do, on the monotonic clock.
     pub fn next_wake_ms(&self) -> u64 {
         let mut wake = self.next_renewal_ms;
-        if self.holder.stable && self.held.is_some() {
+        if self.holder.stable && self.held().is_some() {
             wake = wake.min(self.next_state_write_ms);
         }
         wake
@@ -241,7 +238,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
 
     /// Claims when nothing is held; otherwise renews and writes the state file when due.
     pub fn step(&mut self) {
-        if self.held.is_none() {
+        if self.held().is_none() {
             self.claim();
             return;
         }
@@ -258,7 +255,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     pub fn shutdown(&mut self) {
         self.generator.close();
         let status = self.status;
-        if let Some(held) = self.held {
+        if let Some(held) = self.held() {
             let last_ms = self.last_issued_ms();
             if self.holder.stable {
                 self.write_state_file(true);
@@ -299,8 +296,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             .set_timing_ms(self.timing.safe_guard_ms, self.timing.guarder_delay_ms);
     }
 
-    fn set_held(&mut self, held: Option<Held>) {
-        self.held = held;
+    fn set_held(&self, held: Option<Held>) {
         self.status
             .set_held(held.map(|held| (held.machine_id, held.token)));
     }
@@ -629,9 +625,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         store_watermark_ms: i64,
     ) -> i64 {
         match record {
-            Some(record)
-                if record.namespace == self.holder.namespace && record.machine_id == machine_id =>
-            {
+            Some(record) if record.is_for(&self.holder.namespace, machine_id) => {
                 store_watermark_ms.max(self.env.state_floor_ms(record))
             }
             _ => store_watermark_ms,
@@ -661,7 +655,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     }
 
     fn renew(&mut self) {
-        let Some(held) = self.held else {
+        let Some(held) = self.held() else {
             return;
         };
         let timing = self.timing;
@@ -723,7 +717,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     /// Writes the floor a restart must honour: the last timestamp issued, padded for what may be
     /// issued before the next write; once the generator is `closed`, the exact last timestamp.
     fn write_state_file(&mut self, closed: bool) {
-        let Some(held) = self.held else {
+        let Some(held) = self.held() else {
             return;
         };
         let interval_ms = self.env.local_state_interval_ms();
@@ -1007,6 +1001,16 @@ mod tests {
             session
         }
 
+        /// A session that has just leased machine id 5 (a new one, no watermark).
+        fn leased(&self) -> TestSession<'_> {
+            let mut session = self.session(
+                store_with_claims([claimed("new", 5, 0)]),
+                ScriptedEnv::default(),
+            );
+            session.step();
+            session
+        }
+
         /// One id, as a backend would issue it at `wall_ms`, `mono_ms`.
         fn next_id(&self, wall_ms: i64, mono_ms: u64) -> Result<i64, GenerateError> {
             let config = GeneratorConfig {
@@ -1043,11 +1047,7 @@ mod tests {
     #[test]
     fn a_new_machine_id_opens_the_generator_with_the_claims_limits() {
         let shared = Shared::new();
-        let mut session = shared.session(
-            store_with_claims([claimed("new", 5, 0)]),
-            ScriptedEnv::default(),
-        );
-        session.step();
+        let session = shared.leased();
 
         assert_eq!(
             session.held(),
@@ -1330,11 +1330,7 @@ mod tests {
     #[test]
     fn renewals_move_the_deadline_and_raise_the_bound() {
         let shared = Shared::new();
-        let mut session = shared.session(
-            store_with_claims([claimed("new", 5, 0)]),
-            ScriptedEnv::default(),
-        );
-        session.step();
+        let mut session = shared.leased();
         // Not due yet: nothing is sent.
         session.env.advance(999);
         session.step();
@@ -1443,11 +1439,7 @@ mod tests {
     #[test]
     fn shutdown_releases_with_the_exact_last_timestamp() {
         let shared = Shared::new();
-        let mut session = shared.session(
-            store_with_claims([claimed("new", 5, 0)]),
-            ScriptedEnv::default(),
-        );
-        session.step();
+        let mut session = shared.leased();
         let last = shared
             .next_id(START_WALL_MS + 1_234, START_MONO_MS + 10)
             .unwrap();
@@ -1688,11 +1680,7 @@ mod tests {
     #[test]
     fn a_restarted_worker_takes_over_the_machine_id_it_holds_and_renews_at_once() {
         let shared = Shared::new();
-        let mut first = shared.session(
-            store_with_claims([claimed("new", 5, 0)]),
-            ScriptedEnv::default(),
-        );
-        first.step();
+        let first = shared.leased();
         let issued = shared
             .next_id(START_WALL_MS + 10, START_MONO_MS + 10)
             .unwrap();
