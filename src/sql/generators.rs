@@ -226,6 +226,8 @@ fn cosid_create_generator(
             )
             .or_raise_spi();
     });
+    // At commit the worker reads the definitions at once: usable within milliseconds.
+    register_xact_callback(PgXactCallbackEvent::Commit, shmem::definitions_changed);
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
@@ -260,6 +262,7 @@ fn cosid_drop_generator(name: Option<TextArg>) {
         if let Ok(Some(slot)) = shmem::live_generator(name.as_bytes()) {
             slot.drop_generator();
         }
+        shmem::definitions_changed();
     });
 }
 
