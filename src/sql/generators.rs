@@ -402,7 +402,7 @@ fn already_exists(name: &str) -> CosidError {
     if name == DEFAULT_NAME {
         error.detail("\"default\" names the server's default generator, the one cosid_next() uses.")
     } else {
-        error.hint("Drop it first with cosid_drop_generator() to define it again.")
+        error.hint("A generator's definition cannot change. Drop it with cosid_drop_generator() and create it again; a new layout needs a new namespace.")
     }
 }
 
