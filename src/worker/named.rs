@@ -162,6 +162,8 @@ impl<'a> NamedGenerators<'a> {
     }
 
     fn poll(&mut self) {
+        // Read before the definitions: every creation counted here is in what is read.
+        let creations = shmem::creations_committed();
         let rows = match read_definitions() {
             Ok(rows) => rows,
             Err(why) => {
@@ -231,6 +233,7 @@ impl<'a> NamedGenerators<'a> {
                 )),
             }
         }
+        shmem::set_creations_published(creations);
         shmem::set_definitions_loaded();
     }
 
