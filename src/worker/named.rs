@@ -39,6 +39,11 @@ use std::time::Duration;
 /// How often the definitions are read: a generator created is usable within about a second.
 pub const POLL_MS: u64 = 250;
 
+/// How long after a failed read of the definitions the next one comes; each read waits at most
+/// [`READ_TIMEOUT`] (for a lock, say).
+const POLL_RETRY_MS: u64 = 2_000;
+const READ_TIMEOUT: Duration = Duration::from_millis(500);
+
 pub type SharedStore = Rc<RefCell<Box<dyn LeaseStore>>>;
 
 /// A definition as read from `cosid.generator`.
@@ -171,6 +176,8 @@ impl<'a> NamedGenerators<'a> {
                     "cosid: cannot read the generators' definitions (cosid.generator) in database \"{}\": {why}",
                     self.settings.database
                 ));
+                // A table locked by someone else must not hold up the leases' renewals.
+                self.next_poll_ms = boottime_ms() + POLL_RETRY_MS;
                 return;
             }
         };
@@ -417,7 +424,7 @@ impl Fixed<'_> {
 
 /// The rows of `cosid.generator`; none when the extension is not installed in this database.
 fn read_definitions() -> Result<Vec<Row>, String> {
-    let raw = store::local::in_transaction(Duration::from_secs(5), |client| {
+    let raw = store::local::in_transaction(READ_TIMEOUT, |client| {
         let installed = client
             .select(
                 "SELECT pg_catalog.to_regclass('cosid.generator') IS NOT NULL",
