@@ -532,32 +532,23 @@ pub fn set_definitions_loaded() {
 }
 
 thread_local! {
-    /// This backend's last looked-up name and its slot: a slot's name never changes, so the
-    /// entry stays right as long as the slot is live.
-    static LAST_LOOKUP: Cell<([u8; MAX_GENERATOR_NAME_LEN], u8, u8)> =
-        const { Cell::new(([0; MAX_GENERATOR_NAME_LEN], 0, 0)) };
+    /// The slot of this backend's last looked-up name: a slot's name never changes, so it stays
+    /// right as long as the slot is live and has the name asked for.
+    static LAST_LOOKUP: Cell<u8> = const { Cell::new(0) };
 }
 
 /// The live generator of that name (`default` is the default one), if any.
 #[inline]
 pub fn live_generator(name: &[u8]) -> Result<Option<&'static GeneratorSlot>, CosidError> {
     let slots = all_slots()?;
-    let (cached_name, cached_len, cached_index) = LAST_LOOKUP.get();
-    if usize::from(cached_len) == name.len() && &cached_name[..name.len()] == name {
-        let slot = &slots[usize::from(cached_index)];
-        if slot.is_live() {
-            return Ok(Some(slot));
-        }
+    let is = |slot: &GeneratorSlot| slot.is_live() && slot.definition().name_bytes() == name;
+    let cached = &slots[usize::from(LAST_LOOKUP.get()) % MAX_GENERATORS];
+    if is(cached) {
+        return Ok(Some(cached));
     }
-    let found = slots
-        .iter()
-        .position(|slot| slot.is_live() && slot.definition().name_bytes() == name);
+    let found = slots.iter().position(is);
     if let Some(index) = found {
-        if name.len() <= MAX_GENERATOR_NAME_LEN {
-            let mut kept = [0; MAX_GENERATOR_NAME_LEN];
-            kept[..name.len()].copy_from_slice(name);
-            LAST_LOOKUP.set((kept, name.len() as u8, index as u8));
-        }
+        LAST_LOOKUP.set(index as u8);
     }
     Ok(found.map(|index| &slots[index]))
 }

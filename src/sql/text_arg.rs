@@ -12,6 +12,7 @@
 
 use pgrx::callconv::{Arg, ArgAbi};
 use pgrx::prelude::*;
+use pgrx::varlena;
 use pgrx::FromDatum;
 use std::ffi::CStr;
 
@@ -103,20 +104,22 @@ unsafe impl<'fcx> ArgAbi<'fcx> for TextArg {
 
 pgrx::impl_sql_translatable!(TextArg, arg_only = "text");
 
-/// The longest generator name kept from an argument: one byte more than a name can have, so that
-/// a longer argument never matches one.
-const NAME_ARG_LEN: usize = crate::settings::MAX_GENERATOR_NAME_LEN + 1;
-
-/// A generator name argument, copied without allocating: `cosid_next('name')` is on the hot
-/// path. Names are ASCII, so its bytes are compared as they are in every server encoding.
+/// A generator name argument, read in place: `cosid_next('name')` is on the hot path. Names are
+/// ASCII, so its bytes are compared as they are in every server encoding.
 pub struct GeneratorName {
+    data: *const u8,
     len: usize,
-    bytes: [u8; NAME_ARG_LEN],
 }
 
 impl GeneratorName {
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `data` points into the argument's varlena, `len` bytes long, which lives in
+        // the function call's memory context (or the caller's) at least as long as this value,
+        // a function argument that is never kept beyond the call.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 
     /// The name in double quotes, for an error message in the server encoding.
@@ -137,19 +140,24 @@ impl FromDatum for GeneratorName {
         if is_null || datum.is_null() {
             return None;
         }
-        // SAFETY: as for TextArg: a non-null text datum, detoasted (a short one in place, without
-        // a copy), whose bytes are copied at once.
+        // SAFETY: a non-null text datum. One stored in line (a short or a plain 4-byte header,
+        // as a constant or a column value is) is read in place; a compressed or external one is
+        // detoasted into the current memory context, which outlives the call.
         let bytes = unsafe {
-            let varlena = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-            pgrx::varlena::varlena_to_byte_slice(varlena)
+            let varlena = datum.cast_mut_ptr::<pg_sys::varlena>();
+            let in_line = (varlena::varatt_is_1b(varlena) && !varlena::varatt_is_1b_e(varlena))
+                || varlena::varatt_is_4b_u(varlena);
+            let varlena = if in_line {
+                varlena
+            } else {
+                pg_sys::pg_detoast_datum_packed(varlena)
+            };
+            varlena::varlena_to_byte_slice(varlena)
         };
-        let len = bytes.len().min(NAME_ARG_LEN);
-        let mut name = GeneratorName {
-            len,
-            bytes: [0; NAME_ARG_LEN],
-        };
-        name.bytes[..len].copy_from_slice(&bytes[..len]);
-        Some(name)
+        Some(GeneratorName {
+            data: bytes.as_ptr(),
+            len: bytes.len(),
+        })
     }
 }
 
@@ -158,8 +166,8 @@ unsafe impl<'fcx> ArgAbi<'fcx> for GeneratorName {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> GeneratorName {
         // SAFETY: pgrx calls this for an argument declared as text, which GeneratorName maps to.
         unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or(GeneratorName {
+            data: std::ptr::null(),
             len: 0,
-            bytes: [0; NAME_ARG_LEN],
         })
     }
 }
