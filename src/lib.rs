@@ -43,7 +43,10 @@ pub extern "C-unwind" fn _PG_init() {
         .hint(why.hint())
         .log(PgLogLevel::WARNING),
         settings::MachineSource::Leased(_) => worker::lease::register(),
-        settings::MachineSource::Fixed(_) => worker::state::register(),
+        settings::MachineSource::Fixed(_) => {
+            worker::state::register();
+            worker::named::register();
+        }
     }
     shmem::init();
 }

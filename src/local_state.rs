@@ -14,6 +14,21 @@ use cosid_core::state_file::{StateRecord, Written};
 
 const STATE_FILE: &str = "cosid.state";
 
+/// The state file of a named generator's namespace (`None`: the default generator's),
+/// `cosid.state.<namespace in hex>`: hex, so that any namespace makes a plain file name.
+pub fn file_for(namespace: Option<&str>) -> String {
+    match namespace {
+        None => STATE_FILE.to_string(),
+        Some(namespace) => {
+            let hex: String = namespace
+                .bytes()
+                .map(|byte| format!("{byte:02x}"))
+                .collect();
+            format!("{STATE_FILE}.{hex}")
+        }
+    }
+}
+
 /// The record for `last_ms`, the last timestamp issued, with `pad_ms` for what may be issued
 /// before the next write (after a reboot, the only cover ids issued after this write have).
 pub fn record(namespace: &str, machine_id: u32, last_ms: i64, pad_ms: u64) -> StateRecord {
@@ -50,18 +65,18 @@ pub fn final_record(namespace: &str, machine_id: u32, last_ms: i64) -> StateReco
 
 /// Writes the record so that it survives a crash of the machine: a new file, flushed, renamed
 /// over the old one, and the directory flushed. The error names the file.
-pub fn write(record: &StateRecord) -> Result<(), String> {
-    write_durably(record)
-        .map_err(|why| format!("could not write the state file \"{STATE_FILE}\": {why}"))
+pub fn write(file: &str, record: &StateRecord) -> Result<(), String> {
+    write_durably(file, record)
+        .map_err(|why| format!("could not write the state file \"{file}\": {why}"))
 }
 
-fn write_durably(record: &StateRecord) -> std::io::Result<()> {
+fn write_durably(file_name: &str, record: &StateRecord) -> std::io::Result<()> {
     use std::io::Write;
-    let temporary = format!("{STATE_FILE}.tmp");
+    let temporary = format!("{file_name}.tmp");
     let mut file = std::fs::File::create(&temporary)?;
     file.write_all(record.to_line().as_bytes())?;
     file.sync_all()?;
-    std::fs::rename(&temporary, STATE_FILE)?;
+    std::fs::rename(&temporary, file_name)?;
     std::fs::File::open(".")?.sync_all()
 }
 
@@ -69,31 +84,33 @@ fn write_durably(record: &StateRecord) -> std::io::Result<()> {
 /// under the machine id it protects until the file is restored or deliberately removed.
 #[derive(Clone, Debug)]
 pub struct Unusable {
+    pub file: String,
     /// Completes "the state file …", e.g. "is truncated: it does not end with a newline".
     pub reason: String,
 }
 
 impl std::fmt::Display for Unusable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the state file \"{}\" {}", path(), self.reason)
+        write!(f, "the state file \"{}\" {}", path(&self.file), self.reason)
     }
 }
 
 /// The state file's path: absolute, since every server process runs in the data directory.
-pub fn path() -> String {
+pub fn path(file: &str) -> String {
     std::env::current_dir()
-        .map(|directory| directory.join(STATE_FILE).display().to_string())
-        .unwrap_or_else(|_| STATE_FILE.to_string())
+        .map(|directory| directory.join(file).display().to_string())
+        .unwrap_or_else(|_| file.to_string())
 }
 
 /// The record in the state file: `None` when there is no file (the first start). A file that
 /// cannot be read, or is not exactly one record, is an error.
-pub fn read() -> Result<Option<StateRecord>, Unusable> {
-    let content = match std::fs::read(STATE_FILE) {
+pub fn read(file: &str) -> Result<Option<StateRecord>, Unusable> {
+    let content = match std::fs::read(file) {
         Ok(content) => content,
         Err(why) if why.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(why) => {
             return Err(Unusable {
+                file: file.to_string(),
                 reason: format!("could not be read: {why}"),
             })
         }
@@ -101,6 +118,7 @@ pub fn read() -> Result<Option<StateRecord>, Unusable> {
     StateRecord::parse(&content)
         .map(Some)
         .map_err(|why| Unusable {
+            file: file.to_string(),
             reason: why.to_string(),
         })
 }
@@ -119,11 +137,12 @@ fn floor_ms(record: Option<&StateRecord>, namespace: &str, machine_id: u32) -> O
 /// issued after it, even if the clock was stepped back meanwhile; and the current tick, so that
 /// nothing is issued in the tick in which the server was (re)initialised.
 pub fn fixed_floor_ticks(
+    file: &str,
     layout: &Layout,
     namespace: &str,
     machine_id: u32,
 ) -> Result<u64, Unusable> {
-    let record = read()?;
+    let record = read(file)?;
     let now_ticks = layout.unix_ms_to_ticks(unix_ms_now()).unwrap_or(0);
     Ok(floor_ms(record.as_ref(), namespace, machine_id)
         .and_then(|floor_ms| layout.unix_ms_to_ticks(floor_ms).ok())

@@ -42,52 +42,96 @@
 //! local state file (`local_state.rs`).
 
 use crate::error::CosidError;
-use crate::settings::{MachineSource, MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN};
+use crate::settings::{
+    MachineSource, MAX_GENERATOR_NAME_LEN, MAX_INSTANCE_ID_LEN, MAX_NAMED_GENERATORS,
+    MAX_NAMESPACE_LEN,
+};
 use crate::{host, local_state};
 use cosid_core::distributor::DistributorKind;
 use cosid_core::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
 use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-/// How many generators one server can hold.
-pub const MAX_GENERATORS: usize = 8;
+/// How many generators one server can hold: the default one and the named ones.
+pub const MAX_GENERATORS: usize = 1 + MAX_NAMED_GENERATORS;
 pub const DEFAULT_GENERATOR: usize = 0;
+/// The default generator's name, for the functions that take one.
+pub const DEFAULT_NAME: &str = "default";
 
+/// A slot's phase. `Free` slots have no definition yet; a `Live` one generates; a `Dropped` one
+/// refuses, and keeps its definition until the segment is rebuilt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Free = 0,
+    Live = 1,
+    Dropped = 2,
+}
+
+/// What a generator is: written into a slot once, before the slot leaves [`Phase::Free`], and
+/// never changed until the segment is rebuilt.
+#[derive(Clone, Copy)]
 #[repr(C)]
-pub struct GeneratorSlot {
-    pub state: GeneratorState,
+pub struct Definition {
     pub config: GeneratorConfig,
-    pub lease: LeaseStatus,
+    name_len: u8,
+    name: [u8; MAX_GENERATOR_NAME_LEN],
     namespace_len: u8,
     namespace: [u8; MAX_NAMESPACE_LEN],
     instance_id_len: u8,
     instance_id: [u8; MAX_INSTANCE_ID_LEN],
     distributor: DistributorKind,
-    in_use: bool,
 }
 
-impl GeneratorSlot {
-    const fn unused(config: GeneratorConfig) -> GeneratorSlot {
-        GeneratorSlot {
-            state: GeneratorState::closed(),
+fn copy_text<const N: usize>(text: &str, into: &mut [u8; N]) -> u8 {
+    // Callers checked the lengths; a longer text is cut at a character boundary, never spilled.
+    let mut len = text.len().min(N);
+    while !text.is_char_boundary(len) {
+        len -= 1;
+    }
+    into[..len].copy_from_slice(&text.as_bytes()[..len]);
+    len as u8
+}
+
+impl Definition {
+    pub fn new(
+        name: &str,
+        namespace: &str,
+        config: GeneratorConfig,
+        distributor: DistributorKind,
+        instance_id: &str,
+    ) -> Definition {
+        let mut definition = Definition {
             config,
-            lease: LeaseStatus::new(),
+            name_len: 0,
+            name: [0; MAX_GENERATOR_NAME_LEN],
             namespace_len: 0,
             namespace: [0; MAX_NAMESPACE_LEN],
             instance_id_len: 0,
             instance_id: [0; MAX_INSTANCE_ID_LEN],
-            distributor: DistributorKind::Manual,
-            in_use: false,
-        }
+            distributor,
+        };
+        definition.name_len = copy_text(name, &mut definition.name);
+        definition.namespace_len = copy_text(namespace, &mut definition.namespace);
+        definition.instance_id_len = copy_text(instance_id, &mut definition.instance_id);
+        definition
+    }
+
+    pub fn name_bytes(&self) -> &[u8] {
+        &self.name[..usize::from(self.name_len)]
+    }
+
+    pub fn name(&self) -> &str {
+        std::str::from_utf8(self.name_bytes()).unwrap_or("?")
     }
 
     pub fn namespace(&self) -> &str {
         std::str::from_utf8(&self.namespace[..usize::from(self.namespace_len)]).unwrap_or("?")
     }
 
-    /// The instance id this slot leases under; empty when it does not lease.
+    /// The instance id this generator leases under; empty when it does not lease.
     pub fn instance_id(&self) -> &str {
         std::str::from_utf8(&self.instance_id[..usize::from(self.instance_id_len)]).unwrap_or("?")
     }
@@ -96,8 +140,122 @@ impl GeneratorSlot {
         self.distributor
     }
 
-    pub fn in_use(&self) -> bool {
-        self.in_use
+    /// Whether `other` would generate exactly the same ids: a dropped slot is only reused by the
+    /// same definition (see the protocol).
+    pub fn same_as(&self, other: &Definition) -> bool {
+        self.config == other.config
+            && self.name_bytes() == other.name_bytes()
+            && self.namespace() == other.namespace()
+    }
+}
+
+#[repr(C)]
+pub struct GeneratorSlot {
+    pub state: GeneratorState,
+    pub lease: LeaseStatus,
+    phase: AtomicU32,
+    definition: UnsafeCell<Definition>,
+}
+
+// SAFETY: the definition is written only while the slot is `Free`, by its one writer, and read
+// only after a reader saw a phase other than `Free` (`Acquire`, paired with the writer's
+// `Release`); everything else is atomic.
+unsafe impl Sync for GeneratorSlot {}
+
+impl GeneratorSlot {
+    fn unused(config: GeneratorConfig) -> GeneratorSlot {
+        GeneratorSlot {
+            state: GeneratorState::closed(),
+            lease: LeaseStatus::new(),
+            phase: AtomicU32::new(Phase::Free as u32),
+            definition: UnsafeCell::new(Definition::new(
+                "",
+                "",
+                config,
+                DistributorKind::Manual,
+                "",
+            )),
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            1 => Phase::Live,
+            2 => Phase::Dropped,
+            _ => Phase::Free,
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.phase.load(Ordering::Acquire) == Phase::Live as u32
+    }
+
+    /// The slot's definition. Only for a slot whose phase was seen not to be `Free`: every slot
+    /// handed out by this module is one.
+    pub fn definition(&self) -> &Definition {
+        // SAFETY: see `unsafe impl Sync`: the slot left `Free` before it was handed out, so its
+        // definition is written and stays as it is.
+        unsafe { &*self.definition.get() }
+    }
+
+    pub fn config(&self) -> &GeneratorConfig {
+        &self.definition().config
+    }
+
+    pub fn name(&self) -> &str {
+        self.definition().name()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.definition().namespace()
+    }
+
+    pub fn instance_id(&self) -> &str {
+        self.definition().instance_id()
+    }
+
+    pub fn distributor(&self) -> DistributorKind {
+        self.definition().distributor()
+    }
+
+    /// Gives a `Free` slot its definition and makes it live. Only the one process that manages
+    /// named generators calls this.
+    pub fn publish(&self, definition: Definition) {
+        if self.phase() != Phase::Free {
+            return;
+        }
+        // SAFETY: the slot is `Free`, so no reader looks at its definition, and only the one
+        // managing process writes it; the `Release` store below publishes the write.
+        unsafe { *self.definition.get() = definition };
+        self.phase.store(Phase::Live as u32, Ordering::Release);
+    }
+
+    /// Makes a dropped slot live again, with the definition it had.
+    pub fn revive(&self) {
+        let _ = self.phase.compare_exchange(
+            Phase::Dropped as u32,
+            Phase::Live as u32,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Stops a live generator at once: backends refuse it from now on, and the managing process
+    /// releases its machine id. True when this call dropped it.
+    pub fn drop_generator(&self) -> bool {
+        let dropped = self
+            .phase
+            .compare_exchange(
+                Phase::Live as u32,
+                Phase::Dropped as u32,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok();
+        if dropped {
+            self.state.close();
+        }
+        dropped
     }
 }
 
@@ -110,6 +268,11 @@ pub struct SharedState {
     /// (the lease worker or the state writer) writes, a combination it checked (`Release`);
     /// backends load it (`Acquire`) when the clock has stepped back.
     backwards: AtomicU64,
+    /// Set once the managing process has read the named generators' definitions since the
+    /// segment was built: until then, a name not found may be one not loaded yet.
+    definitions_loaded: AtomicBool,
+    /// Failed starts of the generators worker in a row, for its back-off.
+    generators_connect_attempts: AtomicU32,
 }
 
 fn pack_policy(policy: BackwardsPolicy) -> u64 {
@@ -165,20 +328,40 @@ fn fresh_state() -> SharedState {
     let mut state = SharedState {
         slots: std::array::from_fn(|_| GeneratorSlot::unused(settings.config)),
         backwards: AtomicU64::new(pack_policy(settings.backwards)),
+        definitions_loaded: AtomicBool::new(false),
+        generators_connect_attempts: AtomicU32::new(0),
+    };
+    let instance_id = match &settings.machine {
+        // A fresh identity at every initialisation: after a crash, the old claim is somebody
+        // else's until it expires.
+        MachineSource::Leased(lease_settings) => match &lease_settings.instance_id {
+            Some(id) => id.clone(),
+            None => lease::default_instance_id(
+                &host::host_name(),
+                host::postmaster_port(),
+                std::process::id(),
+                (!lease_settings.stable).then(host::random_u32),
+            ),
+        },
+        _ => String::new(),
     };
     let slot = &mut state.slots[DEFAULT_GENERATOR];
-    let namespace = settings.namespace.as_bytes();
-    slot.namespace[..namespace.len()].copy_from_slice(namespace);
-    slot.namespace_len = namespace.len() as u8;
-    slot.distributor = settings.distributor;
-    slot.in_use = true;
+    *slot.definition.get_mut() = Definition::new(
+        DEFAULT_NAME,
+        &settings.namespace,
+        settings.config,
+        settings.distributor,
+        &instance_id,
+    );
+    *slot.phase.get_mut() = Phase::Live as u32;
     match &settings.machine {
         MachineSource::Fixed(machine_id) => {
             let layout = &settings.config.layout;
             // A file that cannot be read exactly leaves the generator closed: `cosid_next()`
             // refuses and reports why (this hook may not raise), and the state writer leaves the
             // file as it is.
-            match local_state::fixed_floor_ticks(layout, &settings.namespace, *machine_id) {
+            let file = local_state::file_for(None);
+            match local_state::fixed_floor_ticks(&file, layout, &settings.namespace, *machine_id) {
                 Ok(floor_ticks) => {
                     // The machine id was checked against the layout with the settings; a
                     // refusal here leaves the generator stopped rather than issue a wrong id.
@@ -198,23 +381,7 @@ fn fresh_state() -> SharedState {
             }
         }
         MachineSource::Missing(_) => slot.lease.set_state(LeaseState::Stopped),
-        MachineSource::Leased(lease_settings) => {
-            // A fresh identity at every initialisation: after a crash, the old claim is somebody
-            // else's until it expires.
-            let instance_id = match &lease_settings.instance_id {
-                Some(id) => id.clone(),
-                None => lease::default_instance_id(
-                    &host::host_name(),
-                    host::postmaster_port(),
-                    std::process::id(),
-                    (!lease_settings.stable).then(host::random_u32),
-                ),
-            };
-            let bytes = &instance_id.as_bytes()[..instance_id.len().min(MAX_INSTANCE_ID_LEN)];
-            slot.instance_id[..bytes.len()].copy_from_slice(bytes);
-            slot.instance_id_len = bytes.len() as u8;
-            slot.lease.set_state(LeaseState::Claiming);
-        }
+        MachineSource::Leased(_) => slot.lease.set_state(LeaseState::Claiming),
     }
     state
 }
@@ -235,12 +402,68 @@ fn not_preloaded() -> CosidError {
         )
 }
 
-/// Every slot of the segment.
-pub fn slots() -> Result<&'static [GeneratorSlot; MAX_GENERATORS], CosidError> {
+/// Every slot of the segment, `Free` ones included: for the process that manages them.
+pub fn all_slots() -> Result<&'static [GeneratorSlot; MAX_GENERATORS], CosidError> {
     if !is_preloaded() {
         return Err(not_preloaded());
     }
     Ok(&SHARED.get().slots)
+}
+
+/// Every generator that has a definition, live or dropped, the default one first.
+pub fn generators() -> Result<impl Iterator<Item = &'static GeneratorSlot>, CosidError> {
+    Ok(all_slots()?
+        .iter()
+        .filter(|slot| slot.phase() != Phase::Free))
+}
+
+/// Whether the named generators' definitions were read since the segment was built.
+pub fn definitions_loaded() -> bool {
+    is_preloaded() && SHARED.get().definitions_loaded.load(Ordering::Acquire)
+}
+
+pub fn generators_worker_connect_attempts() -> &'static AtomicU32 {
+    &SHARED.get().generators_connect_attempts
+}
+
+pub fn set_definitions_loaded() {
+    if is_preloaded() {
+        SHARED
+            .get()
+            .definitions_loaded
+            .store(true, Ordering::Release);
+    }
+}
+
+thread_local! {
+    /// This backend's last looked-up name and its slot: a slot's name never changes, so the
+    /// entry stays right as long as the slot is live.
+    static LAST_LOOKUP: Cell<([u8; MAX_GENERATOR_NAME_LEN], u8, u8)> =
+        const { Cell::new(([0; MAX_GENERATOR_NAME_LEN], 0, 0)) };
+}
+
+/// The live generator of that name (`default` is the default one), if any.
+#[inline]
+pub fn live_generator(name: &[u8]) -> Result<Option<&'static GeneratorSlot>, CosidError> {
+    let slots = all_slots()?;
+    let (cached_name, cached_len, cached_index) = LAST_LOOKUP.get();
+    if usize::from(cached_len) == name.len() && &cached_name[..name.len()] == name {
+        let slot = &slots[usize::from(cached_index)];
+        if slot.is_live() {
+            return Ok(Some(slot));
+        }
+    }
+    let found = slots
+        .iter()
+        .position(|slot| slot.is_live() && slot.definition().name_bytes() == name);
+    if let Some(index) = found {
+        if name.len() <= MAX_GENERATOR_NAME_LEN {
+            let mut kept = [0; MAX_GENERATOR_NAME_LEN];
+            kept[..name.len()].copy_from_slice(name);
+            LAST_LOOKUP.set((kept, name.len() as u8, index as u8));
+        }
+    }
+    Ok(found.map(|index| &slots[index]))
 }
 
 /// The slot `cosid_next()` uses.

@@ -32,6 +32,9 @@ PREVIOUS = "0.1.0"
 PREVIOUS_COMMIT = "833aec748fee26fdb45bc9fc0eb134f14a66a76c"
 CURRENT = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines()
                if line.startswith("version = "))
+# The lease store's version: it did not change in 0.3.0, whose update script from 0.2.0 has no
+# store part.
+STORE_VERSION = "0.2.0"
 SQL = ROOT / "sql"
 PG_MAJOR = subprocess.check_output([PG_CONFIG, "--version"], text=True).split()[1].split(".")[0]
 
@@ -197,13 +200,21 @@ class Upgrade(unittest.TestCase):
         self.assertIn(f"extension version {CURRENT}", fresh)
         self.assertNotEqual(before, fresh, "the test compares nothing")
         self.assertEqual(updated, fresh)
-        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 24)
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 25)
+        # From 0.2.0, whose install script is kept: the same catalog as a fresh install.
+        cluster.query("CREATE DATABASE from_020")
+        cluster.query("CREATE EXTENSION cosid VERSION '0.2.0'", "from_020")
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "from_020")[0]), 24)
+        before = catalog(cluster, "from_020")
+        cluster.query("ALTER EXTENSION cosid UPDATE", "from_020")
+        self.assertNotEqual(before, fresh, "the test compares nothing")
+        self.assertEqual(catalog(cluster, "from_020"), fresh)
         cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
         self.assertEqual(machine_of(cosid_next), 3)
 
     def test_the_update_script_carries_the_store_update_word_for_word(self):
-        store = (SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql").read_text()
-        extension = (SQL / f"cosid--{PREVIOUS}--{CURRENT}.sql").read_text()
+        store = (SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql").read_text()
+        extension = (SQL / f"cosid--{PREVIOUS}--{STORE_VERSION}.sql").read_text()
         start = extension.index(store.split("\n", 1)[0])
         end = extension.index("-- </lease store>")
         self.assertEqual(extension[start:end], store)
@@ -306,12 +317,12 @@ class Upgrade(unittest.TestCase):
             wait_for(lambda: all(load.ids_so_far() > 5_000 for load in loads), 60, "ids")
             result = subprocess.run(
                 store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                                   "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+                                   "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             self.assertEqual(result.returncode, 0, result.stdout)
             self.assertIn(f"role {FLEET_ROLE} is now a member of cosid_lease_holder",
                           result.stdout)
-            self.assertEqual(store.query("SELECT cosid.lease_store_version()"), CURRENT)
+            self.assertEqual(store.query("SELECT cosid.lease_store_version()"), STORE_VERSION)
             # The servers of 0.1.0 keep renewing through the updated store.
             renewed = renewals()
             wait_for(lambda: all(renewals()[k] > renewed[k] for k in renewed), 15,
@@ -357,7 +368,7 @@ class Upgrade(unittest.TestCase):
         self.assertEqual(store.query("SELECT count(*) FROM cosid.machine_lease"), "0")
         result = subprocess.run(
             store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.assertEqual(result.returncode, 0, result.stdout)
         machine_id = int(wait_up(server, timeout=30)["machine_id"])
@@ -380,7 +391,7 @@ class Upgrade(unittest.TestCase):
             f"SELECT cosid.lease_release('n', {released[1]}, 'b', 'tb', {now_ms - 1_000})"), "t")
         result = subprocess.run(
             store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.assertEqual(result.returncode, 0, result.stdout)
         rows = {int(m): (state, int(floor), released_ms) for m, state, floor, released_ms in store.rows(
@@ -455,7 +466,7 @@ class Upgrade(unittest.TestCase):
                       "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cosid TO fleet", "victim_store")
         result = subprocess.run(
             cluster.psql_command("victim_store", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                                 "-f", str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")),
+                                 "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.assertEqual(result.returncode, 0, result.stdout)
         cluster.query("CREATE DATABASE victim_new OWNER mallory TEMPLATE victim_store")
@@ -467,7 +478,7 @@ class Upgrade(unittest.TestCase):
     def test_store_update_refuses_what_it_cannot_update_safely(self):
         store = self.track(start_store("upgrade-refusals", 25680,
                                        lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
-        script = str(SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql")
+        script = str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")
         before = catalog(store, "postgres")
         # Outside one transaction: refused before anything changes.
         result = subprocess.run(store.psql_command("postgres", "-f", script),
@@ -502,7 +513,7 @@ class Upgrade(unittest.TestCase):
         for script, warning in [
                 (LEASE_SQL, "a cosid lease store (version 0.2.0) is installed in this database "
                             "already; nothing was changed"),
-                (SQL / f"lease_store--{PREVIOUS}--{CURRENT}.sql",
+                (SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql",
                  "this database has no cosid lease store of version 0.1.0; nothing was changed")]:
             before = catalog(store, "postgres")
             # Without ON_ERROR_STOP psql goes on after errors: the statements after the check

@@ -27,6 +27,25 @@ pub const TOTAL_BITS: u32 = 63;
 pub const RADIX62_WIDTH: usize = 11;
 const RADIX62_DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
+/// CosId's named layouts, which `cosid_create_generator(layout => ...)` offers: the name, the
+/// time unit, and the timestamp, machine and sequence bits. The `safe_js` ones are CosId's
+/// `SafeJavaScriptSnowflakeId`: 53 bits, so that an id survives a JavaScript (or JSON) number.
+pub const PRESETS: [(&str, TimeUnit, u32, u32, u32); 4] = [
+    ("millisecond", TimeUnit::Millisecond, 41, 10, 12),
+    ("second", TimeUnit::Second, 31, 10, 22),
+    ("safe_js", TimeUnit::Millisecond, 41, 3, 9),
+    ("safe_js_second", TimeUnit::Second, 31, 3, 19),
+];
+
+/// The preset of that name: its time unit and its timestamp, machine and sequence bits.
+pub fn preset(name: &str) -> Option<(TimeUnit, u32, u32, u32)> {
+    PRESETS.iter().find(|preset| preset.0 == name).map(
+        |&(_, unit, timestamp_bits, machine_bits, sequence_bits)| {
+            (unit, timestamp_bits, machine_bits, sequence_bits)
+        },
+    )
+}
+
 /// The unit of the timestamp field, CosId's `MillisecondSnowflakeId` or `SecondSnowflakeId`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

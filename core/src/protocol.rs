@@ -464,6 +464,23 @@ impl<T: LeaseStore + ?Sized> LeaseStore for Box<T> {
     }
 }
 
+/// One store shared by the sessions of several generators in one process: each call borrows it
+/// for its duration, and the process makes one call at a time.
+impl<T: LeaseStore + ?Sized> LeaseStore for std::rc::Rc<std::cell::RefCell<T>> {
+    fn is_remote(&self) -> bool {
+        self.borrow().is_remote()
+    }
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.borrow_mut().set_timeout(timeout)
+    }
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+        self.borrow_mut().run(call)
+    }
+    fn readiness(&mut self) -> Result<Readiness, String> {
+        self.borrow_mut().readiness()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

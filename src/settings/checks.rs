@@ -3,11 +3,11 @@
 
 use super::table::{
     int_range, setting_text, DistributorSetting, DATABASE, DISTRIBUTOR, INSTANCE_ID, LEASE_STORE,
-    MACHINE_ID, NAMESPACE, SEQUENCE_RESET_THRESHOLD, STABLE,
+    MACHINE_ID, MAX_GENERATORS, NAMESPACE, SEQUENCE_RESET_THRESHOLD, STABLE,
 };
 use super::{
     clock_thresholds, lease_timing, LeaseSettings, MachineSource, ServerSettings,
-    MAX_INSTANCE_ID_LEN, MAX_NAMESPACE_LEN,
+    MAX_INSTANCE_ID_LEN, MAX_NAMED_GENERATORS, MAX_NAMESPACE_LEN,
 };
 use crate::error::CosidError;
 use cosid_core::distributor::{self, DistributorKind, NoMachineId};
@@ -92,7 +92,10 @@ pub fn server_settings(
             .detail(format!("{why}."))
             .hint("Set cosid.clock_backwards_spin_threshold at most as long as cosid.clock_backwards_broken_threshold.")
     })?;
+    let database = string_setting(&DATABASE);
     Ok(ServerSettings {
+        database,
+        max_generators: MAX_GENERATORS.get().clamp(1, MAX_NAMED_GENERATORS as i32) as usize,
         config: GeneratorConfig {
             layout,
             sequence_reset_threshold: SEQUENCE_RESET_THRESHOLD.get() as u32,

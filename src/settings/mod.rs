@@ -41,12 +41,21 @@ use table::{
 
 /// The longest namespace, in bytes: it is kept in shared memory.
 pub const MAX_NAMESPACE_LEN: usize = 63;
+/// The most named generators a server can hold: `cosid.max_generators` is at most this, and
+/// shared memory has a slot for each, plus the default generator's.
+pub const MAX_NAMED_GENERATORS: usize = 31;
+/// The longest generator name, in bytes: it is kept in shared memory.
+pub const MAX_GENERATOR_NAME_LEN: usize = 63;
 /// The longest instance id, in bytes: it is kept in shared memory.
 pub const MAX_INSTANCE_ID_LEN: usize = 127;
 
 /// Everything fixed at server start that the generator needs.
 #[derive(Clone, Debug)]
 pub struct ServerSettings {
+    /// `cosid.database`: where the lease table and the generators' definitions are.
+    pub database: String,
+    /// `cosid.max_generators`: how many named generators the server can hold.
+    pub max_generators: usize,
     pub config: GeneratorConfig,
     pub namespace: String,
     pub distributor: DistributorKind,

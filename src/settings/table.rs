@@ -44,6 +44,7 @@ pub(super) static GUARDER_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60_000
 pub(super) static GUARDER_INITIAL_DELAY: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 pub(super) static SAFE_GUARD_DURATION: GucSetting<i32> = GucSetting::<i32>::new(300_000);
 pub(super) static FAIL_FAST: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub(super) static MAX_GENERATORS: GucSetting<i32> = GucSetting::<i32>::new(8);
 pub(super) static LOCAL_STATE_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 // The layout settings are read by name (see `layout_setting`); these statics only hold the
 // values PostgreSQL checked against each setting's range.
@@ -143,7 +144,7 @@ const NO_FLAGS: GucFlags = GucFlags::empty();
 
 /// Every `cosid.*` setting. At start, configured values are checked in this order, so the first
 /// bad one is the one reported.
-pub(super) static SETTINGS: [Setting; 20] = [
+pub(super) static SETTINGS: [Setting; 21] = [
     Setting {
         name: c"cosid.lease_store",
         short: c"A libpq connection string to a shared lease store; empty means cosid.database.",
@@ -244,6 +245,19 @@ pub(super) static SETTINGS: [Setting; 20] = [
         },
         context: Context::Reload,
         flags: GucFlags::UNIT_MS,
+    },
+    Setting {
+        name: c"cosid.max_generators",
+        short: c"How many named generators (cosid_create_generator) the server can hold.",
+        long: c"A dropped generator keeps its place until the server restarts, unless it is \
+                created again with the same definition.",
+        kind: Kind::Int {
+            value: &MAX_GENERATORS,
+            min: 1,
+            max: super::MAX_NAMED_GENERATORS as i32,
+        },
+        context: Context::ServerStart,
+        flags: NO_FLAGS,
     },
     Setting {
         name: c"cosid.namespace",

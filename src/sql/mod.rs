@@ -9,6 +9,7 @@
 //! stable is enough for `WHERE id >= cosid_from_timestamp(...)` to be an index range scan. Radix62
 //! depends on nothing but its argument, so it is immutable.
 
+mod generators;
 mod text_arg;
 
 use crate::clock::ServerClock;
@@ -28,7 +29,7 @@ const POSTGRES_EPOCH_UNIX_MS: i64 = 946_684_800_000;
 #[pg_extern(volatile, parallel_safe)]
 fn cosid_next() -> i64 {
     let slot = shmem::default_generator().or_raise();
-    match slot.state.next_id(&slot.config, &mut ServerClock) {
+    match slot.state.next_id(slot.config(), &mut ServerClock) {
         Ok(id) => id,
         Err(why) => generate_error(slot, why).raise(),
     }
@@ -60,18 +61,24 @@ fn cosid_timestamp(id: i64) -> TimestampWithTimeZone {
 
 #[pg_extern(stable, strict, parallel_safe)]
 fn cosid_from_timestamp(ts: TimestampWithTimeZone) -> i64 {
-    let layout = layout_or_raise();
+    from_timestamp(&layout_or_raise(), ts)
+}
+
+fn from_timestamp(layout: &Layout, ts: TimestampWithTimeZone) -> i64 {
     let unix_ms = unix_ms(ts).or_raise();
     layout
         .smallest_id_at(unix_ms)
-        .map_err(|why| time_range_error(&layout, why, "timestamp"))
+        .map_err(|why| time_range_error(layout, why, "timestamp"))
         .or_raise()
 }
 
 #[pg_extern(stable, strict, parallel_safe)]
 fn cosid_friendly(id: i64) -> String {
-    let layout = layout_or_raise();
-    let parts = decompose_or_raise(&layout, id);
+    friendly(&layout_or_raise(), id)
+}
+
+fn friendly(layout: &Layout, id: i64) -> String {
+    let parts = decompose_or_raise(layout, id);
     match layout.to_friendly(id) {
         Some(friendly) => friendly,
         None => CosidError::timestamp_out_of_range(format!("cosid id {id} has no friendly form"))
@@ -85,10 +92,13 @@ fn cosid_friendly(id: i64) -> String {
 
 #[pg_extern(stable, strict, parallel_safe)]
 fn cosid_from_friendly(friendly: TextArg) -> i64 {
-    let layout = layout_or_raise();
+    from_friendly(&layout_or_raise(), &friendly)
+}
+
+fn from_friendly(layout: &Layout, friendly: &TextArg) -> i64 {
     layout
         .from_friendly(friendly.as_str())
-        .map_err(|why| parse_error(&layout, &friendly, why))
+        .map_err(|why| parse_error(layout, friendly, why))
         .or_raise()
 }
 
@@ -110,11 +120,56 @@ fn cosid_from_radix62(radix62: TextArg) -> i64 {
 mod cosid {
     use super::*;
 
-    /// One row per generator: its configuration and state. Read through the view `cosid.status`.
+    /// One row per generator: its name, configuration and state. Read through the view
+    /// `cosid.status`.
     ///
-    /// Its C symbol is new in 0.2.0 (`generator_status_v2_wrapper`), so that the SQL of 0.2.0
+    /// Its C symbol is new in 0.3.0 (`generator_status_v3_wrapper`), so that the SQL of 0.3.0
     /// cannot be bound to the function of an older library still loaded in a running server.
     #[pg_extern(name = "generator_status", volatile, parallel_safe)]
+    #[allow(clippy::type_complexity)]
+    fn generator_status_v3() -> TableIterator<
+        'static,
+        (
+            name!(name, String),
+            name!(namespace, String),
+            name!(distributor, String),
+            name!(instance_id, Option<String>),
+            name!(state, String),
+            name!(machine_id, Option<i32>),
+            name!(expires_at, Option<TimestampWithTimeZone>),
+            name!(last_renewed_at, Option<TimestampWithTimeZone>),
+            name!(last_error, Option<String>),
+            name!(watermark, Option<TimestampWithTimeZone>),
+            name!(epoch, TimestampWithTimeZone),
+            name!(time_unit, String),
+            name!(timestamp_bits, i32),
+            name!(machine_bits, i32),
+            name!(sequence_bits, i32),
+            name!(sequence_reset_threshold, i64),
+            name!(last_timestamp, Option<TimestampWithTimeZone>),
+            name!(ids_issued, i64),
+            name!(next_tick_waits, i64),
+            name!(clock_backwards_waits, i64),
+            name!(clock_backwards_errors, i64),
+            name!(safe_guard_duration, Option<Interval>),
+            name!(guarder_delay, Option<Interval>),
+            name!(clock_backwards_spin_threshold, Interval),
+            name!(clock_backwards_broken_threshold, Interval),
+        ),
+    > {
+        TableIterator::new(status_rows().into_iter().map(|(name, row)| {
+            (
+                name, row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10,
+                row.11, row.12, row.13, row.14, row.15, row.16, row.17, row.18, row.19, row.20,
+                row.21, row.22, row.23,
+            )
+        }))
+    }
+
+    /// The same rows in the shape of cosid 0.2.0 (no name), for its SQL, which calls this
+    /// symbol: a server restarted onto this library serves `cosid.status` until
+    /// `ALTER EXTENSION cosid UPDATE`.
+    #[pg_extern(sql = false, volatile, parallel_safe)]
     #[allow(clippy::type_complexity)]
     fn generator_status_v2() -> TableIterator<
         'static,
@@ -145,7 +200,10 @@ mod cosid {
             name!(clock_backwards_broken_threshold, Interval),
         ),
     > {
-        TableIterator::new(status_rows())
+        TableIterator::new(status_rows().into_iter().map(|row| {
+            let (_, rest) = row;
+            rest
+        }))
     }
 
     /// The same rows in the shape of cosid 0.1.0, for its SQL, which calls this symbol: a server
@@ -177,7 +235,7 @@ mod cosid {
             name!(clock_backwards_errors, i64),
         ),
     > {
-        TableIterator::new(status_rows().into_iter().map(|row| {
+        TableIterator::new(status_rows().into_iter().map(|(_, row)| {
             (
                 row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10,
                 row.11, row.12, row.13, row.14, row.15, row.16, row.17, row.18, row.19,
@@ -214,14 +272,13 @@ type StatusRow = (
     Interval,
 );
 
-/// One row per generator in use, with every column of `cosid.status`.
-fn status_rows() -> Vec<StatusRow> {
-    shmem::slots()
+/// One row per live generator: its name, and every other column of `cosid.status`.
+fn status_rows() -> Vec<(String, StatusRow)> {
+    shmem::generators()
         .or_raise()
-        .iter()
-        .filter(|slot| slot.in_use())
+        .filter(|slot| slot.is_live())
         .map(|slot| {
-            let layout = slot.config.layout;
+            let layout = slot.config().layout;
             let stats = slot.state.stats();
             let open = slot.state.is_open();
             let last = layout.decompose(slot.state.last_word()).filter(|_| open);
@@ -240,7 +297,7 @@ fn status_rows() -> Vec<StatusRow> {
                 Some(why) => Some(why.detail()),
                 None => Some(lease.last_error.load()).filter(|text| !text.is_empty()),
             };
-            (
+            let row = (
                 slot.namespace().to_string(),
                 slot.distributor().name().to_string(),
                 leased.then(|| slot.instance_id().to_string()),
@@ -255,7 +312,7 @@ fn status_rows() -> Vec<StatusRow> {
                 layout.timestamp_bits() as i32,
                 layout.machine_bits() as i32,
                 layout.sequence_bits() as i32,
-                i64::from(slot.config.sequence_reset_threshold),
+                i64::from(slot.config().sequence_reset_threshold),
                 last_timestamp,
                 stats.ids_issued as i64,
                 stats.next_tick_waits as i64,
@@ -265,7 +322,8 @@ fn status_rows() -> Vec<StatusRow> {
                 timing.map(|(_, delay_ms)| interval_ms(delay_ms)),
                 interval_ms(thresholds.spin_threshold_ms),
                 interval_ms(thresholds.broken_threshold_ms),
-            )
+            );
+            (slot.name().to_string(), row)
         })
         .collect()
 }
@@ -288,7 +346,7 @@ CREATE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
 COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: configuration and state.';
 "#,
     name = "status_view",
-    requires = [cosid::generator_status_v2]
+    requires = [cosid::generator_status_v3]
 );
 
 fn interval_ms(ms: u64) -> Interval {
@@ -480,7 +538,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         .hint("Generate ids on the primary. A standby leases a machine id when it is promoted.");
     }
     if lease.problem() == LeaseProblem::Exhausted {
-        let bits = slot.config.layout.machine_bits();
+        let bits = slot.config().layout.machine_bits();
         return CosidError::new(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             format!("no machine id left in namespace \"{namespace}\""),
@@ -500,6 +558,12 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     )
 }
 
+/// The state file of the slot's namespace.
+fn state_file_of(slot: &shmem::GeneratorSlot) -> String {
+    let named = slot.name() != shmem::DEFAULT_NAME;
+    crate::local_state::file_for(named.then(|| slot.namespace()))
+}
+
 /// The local state file could not be read exactly when the generator was to be opened (fixed
 /// machine id) or a machine id claimed (stable instance): the floor it holds is unknown.
 fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
@@ -516,7 +580,7 @@ fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
     }
     CosidError::prerequisite(format!(
         "cosid cannot use its state file \"{}\"",
-        crate::local_state::path()
+        crate::local_state::path(&state_file_of(slot))
     ))
     .detail(format!(
         "{why_sentence}. The file holds the floor that keeps ids issued before a restart or a \
@@ -559,7 +623,7 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
             ))
         }
         GenerateError::TimeRange(range) => {
-            time_range_error(&slot.config.layout, range, "the current time")
+            time_range_error(&slot.config().layout, range, "the current time")
         }
         GenerateError::DeadlinePassed => {
             let machine_id = slot

@@ -102,3 +102,66 @@ unsafe impl<'fcx> ArgAbi<'fcx> for TextArg {
 }
 
 pgrx::impl_sql_translatable!(TextArg, arg_only = "text");
+
+/// The longest generator name kept from an argument: one byte more than a name can have, so that
+/// a longer argument never matches one.
+const NAME_ARG_LEN: usize = crate::settings::MAX_GENERATOR_NAME_LEN + 1;
+
+/// A generator name argument, copied without allocating: `cosid_next('name')` is on the hot
+/// path. Names are ASCII, so its bytes are compared as they are in every server encoding.
+pub struct GeneratorName {
+    len: usize,
+    bytes: [u8; NAME_ARG_LEN],
+}
+
+impl GeneratorName {
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// The name in double quotes, for an error message in the server encoding.
+    pub fn quoted(&self) -> String {
+        cosid_core::layout::quote_for_message(
+            &server_to_utf8(self.bytes()),
+            server_encoding() != pg_sys::pg_enc::PG_UTF8 as i32,
+        )
+    }
+}
+
+impl FromDatum for GeneratorName {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<GeneratorName> {
+        if is_null || datum.is_null() {
+            return None;
+        }
+        // SAFETY: as for TextArg: a non-null text datum, detoasted (a short one in place, without
+        // a copy), whose bytes are copied at once.
+        let bytes = unsafe {
+            let varlena = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            pgrx::varlena::varlena_to_byte_slice(varlena)
+        };
+        let len = bytes.len().min(NAME_ARG_LEN);
+        let mut name = GeneratorName {
+            len,
+            bytes: [0; NAME_ARG_LEN],
+        };
+        name.bytes[..len].copy_from_slice(&bytes[..len]);
+        Some(name)
+    }
+}
+
+// SAFETY: as for TextArg.
+unsafe impl<'fcx> ArgAbi<'fcx> for GeneratorName {
+    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> GeneratorName {
+        // SAFETY: pgrx calls this for an argument declared as text, which GeneratorName maps to.
+        unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or(GeneratorName {
+            len: 0,
+            bytes: [0; NAME_ARG_LEN],
+        })
+    }
+}
+
+pgrx::impl_sql_translatable!(GeneratorName, arg_only = "text");

@@ -36,7 +36,7 @@ fn disarm_statement_timeout() {
 
 /// Runs `body` in a transaction of its own, bounded by `timeout`. A PostgreSQL error inside is
 /// caught, the transaction rolled back, and the error returned as text.
-fn in_transaction<R>(
+pub fn in_transaction<R>(
     timeout: Duration,
     body: impl FnOnce(&mut SpiClient<'_>) -> Result<R, String>
         + std::panic::UnwindSafe

@@ -8,6 +8,7 @@
 //! settings, the local state file) and its store. A store error never ends the worker:
 //! generation stays safe through the local deadline, and comes back when a renewal succeeds.
 
+use super::named::{NamedGenerators, SharedStore, Source};
 use super::{
     apply_clock_thresholds, attach_signal_handlers, exit_worker, reload_if_signalled,
     shutdown_requested, sleep_unless_shutdown, wait_latch_ms,
@@ -23,6 +24,8 @@ use cosid_core::state_file::StateRecord;
 use pgrx::bgworkers::{BackgroundWorker, BgWorkerStartTime};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 /// Registers the worker; only while preloading.
@@ -59,7 +62,8 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
             exit_worker();
         }
     };
-    let layout = slot.config.layout;
+    let store: SharedStore = Rc::new(RefCell::new(store));
+    let layout = slot.config().layout;
     let holder = Holder::new(
         &settings.namespace,
         &layout,
@@ -71,24 +75,42 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         status: &slot.lease,
         layout,
     };
-    let mut session = Session::new(shared, holder, &lease_settings.database, store, ServerEnv);
+    let env = ServerEnv {
+        state_file: local_state::file_for(None),
+    };
+    let mut session = Session::new(shared, holder, &lease_settings.database, store.clone(), env);
     if let Err(line) = apply_clock_thresholds() {
         session.note(LogLevel::Warning, line);
     }
     session.start(settings::lease_timing());
+    let source = Source::Leased {
+        store,
+        database: lease_settings.database.clone(),
+        stable: lease_settings.stable,
+    };
+    let Ok(slots) = shmem::all_slots() else {
+        return;
+    };
+    let mut named = NamedGenerators::new(settings, source, slots, session.timing());
     loop {
         if reload_if_signalled() {
             if let Err(line) = apply_clock_thresholds() {
                 session.note(LogLevel::Warning, line);
             }
             session.reload(settings::lease_timing());
+            named.reload(session.timing());
         }
         if shutdown_requested() {
             break;
         }
-        session.step();
+        // The default generator first: its renewal must not wait behind the others' calls.
+        if boottime_ms() >= session.next_wake_ms() {
+            session.step();
+        }
+        named.step();
         let wait = session
             .next_wake_ms()
+            .min(named.next_wake_ms())
             .saturating_sub(boottime_ms())
             .clamp(10, 1_000);
         if !wait_latch_ms(wait) {
@@ -98,6 +120,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     // Stop and release on SIGTERM; when the postmaster died there is nothing to release to.
     if shutdown_requested() {
         session.shutdown();
+        named.shutdown();
     }
     exit_worker();
 }
@@ -125,8 +148,10 @@ fn wait_before_connecting(slot: &GeneratorSlot, database: &str) -> bool {
     !shutdown_requested()
 }
 
-/// The lease session's process: this worker.
-struct ServerEnv;
+/// The lease session's process: this worker, and the state file of the session's namespace.
+pub struct ServerEnv {
+    pub state_file: String,
+}
 
 impl Env for ServerEnv {
     fn monotonic_ms(&mut self) -> u64 {
@@ -160,7 +185,7 @@ impl Env for ServerEnv {
         settings::local_state_interval_ms()
     }
     fn read_state(&mut self) -> Result<Option<StateRecord>, String> {
-        local_state::read().map_err(|unusable| unusable.to_string())
+        local_state::read(&self.state_file).map_err(|unusable| unusable.to_string())
     }
     fn state_floor_ms(&mut self, record: &StateRecord) -> i64 {
         local_state::floor_now_ms(record)
@@ -176,6 +201,6 @@ impl Env for ServerEnv {
             Some(pad_ms) => local_state::record(namespace, machine_id, last_ms, pad_ms),
             None => local_state::final_record(namespace, machine_id, last_ms),
         };
-        local_state::write(&record)
+        local_state::write(&self.state_file, &record)
     }
 }

@@ -3,9 +3,13 @@
 //! - [`lease`]: leases the default generator's machine id (`cosid.distributor = lease`).
 //! - [`state`]: keeps the durable floor of a fixed machine id (`manual`, `stateful_set`).
 //!
-//! Exactly one of them runs, and it alone puts reloaded clock thresholds in force.
+//! - [`named`]: the named generators; in the lease worker, or with a fixed machine id in the
+//!   generators worker.
+//!
+//! Exactly one of the first two runs, and it alone puts reloaded clock thresholds in force.
 
 pub mod lease;
+pub mod named;
 pub mod state;
 
 use crate::host::boottime_ms;

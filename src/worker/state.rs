@@ -77,7 +77,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
         let last_ms = slot.state.last_timestamp_ms(&layout);
         // Padded at shutdown too: backends may still be issuing ids until they are gone.
         let record = local_state::record(namespace, machine_id, last_ms, interval_ms);
-        match local_state::write(&record) {
+        match local_state::write(&local_state::file_for(None), &record) {
             Ok(()) => failing = false,
             Err(why) if !failing => {
                 failing = true;

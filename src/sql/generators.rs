@@ -1,0 +1,602 @@
+//! Named generators: `cosid_create_generator`, `cosid_drop_generator`, and the forms of the user
+//! functions that take a generator's name as their last argument.
+//!
+//! The definitions are rows of `cosid.generator` in `cosid.database`; the worker that manages
+//! named generators (see `worker::named`) reads them and publishes each in a slot of shared
+//! memory, where backends of every database find it by name. These functions check a
+//! definition completely before they write it, so that the worker only ever reads good rows.
+
+use super::text_arg::{GeneratorName, TextArg};
+use super::*;
+use crate::shmem::{GeneratorSlot, Phase, DEFAULT_NAME};
+use cosid_core::layout::{LayoutError, TimeUnit};
+use cosid_core::protocol::layout_text;
+use pgrx::datum::DatumWithOid;
+use pgrx::{register_xact_callback, PgXactCallbackEvent};
+
+extension_sql!(
+    r#"
+-- The named generators' definitions. Only cosid.database's rows are used; the lease worker (or,
+-- with a fixed machine id, the generators worker) reads them about every 250 ms.
+CREATE TABLE cosid.generator (
+    name           text        PRIMARY KEY
+                   CHECK (name ~ '^[A-Za-z][A-Za-z0-9_]{0,62}$' AND name <> 'default'),
+    namespace      text        NOT NULL UNIQUE
+                   CHECK (octet_length(namespace) BETWEEN 1 AND 63),
+    epoch_ms       bigint      NOT NULL,
+    time_unit      text        NOT NULL CHECK (time_unit IN ('millisecond', 'second')),
+    timestamp_bits integer     NOT NULL CHECK (timestamp_bits >= 1),
+    machine_bits   integer     NOT NULL CHECK (machine_bits >= 0),
+    sequence_bits  integer     NOT NULL CHECK (sequence_bits >= 1),
+    created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CHECK (timestamp_bits + machine_bits + sequence_bits <= 63)
+);
+COMMENT ON TABLE cosid.generator IS 'Named cosid generators (cosid_create_generator). Change them only through cosid_create_generator and cosid_drop_generator.';
+
+-- Every namespace a named generator ever used, with its layout: ids of two layouts in one
+-- namespace can coincide, so a namespace keeps its layout after its generator is dropped.
+CREATE TABLE cosid.generator_namespace (
+    namespace     text        PRIMARY KEY,
+    layout        text        NOT NULL,
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE cosid.generator_namespace IS 'The layout of every namespace a named cosid generator used. Do not delete rows: a namespace must keep its layout.';
+
+SELECT pg_catalog.pg_extension_config_dump('cosid.generator', '');
+SELECT pg_catalog.pg_extension_config_dump('cosid.generator_namespace', '');
+"#,
+    name = "generator_tables",
+    requires = ["lease_store"]
+);
+
+extension_sql!(
+    r#"
+REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION cosid_drop_generator(text) FROM PUBLIC;
+"#,
+    name = "generator_functions_private",
+    requires = [cosid_create_generator, cosid_drop_generator]
+);
+
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::too_many_arguments)]
+fn cosid_create_generator(
+    name: Option<TextArg>,
+    layout: default!(Option<TextArg>, "'millisecond'"),
+    namespace: default!(Option<TextArg>, "NULL"),
+    machine_bits: default!(Option<i32>, "NULL"),
+    sequence_bits: default!(Option<i32>, "NULL"),
+    timestamp_bits: default!(Option<i32>, "NULL"),
+    epoch: default!(Option<TimestampWithTimeZone>, "NULL"),
+    time_unit: default!(Option<TextArg>, "NULL"),
+) {
+    let settings = in_definitions_database();
+    let Some(name) = name else {
+        null_argument("name").raise()
+    };
+    let name = name.as_str().to_string();
+    check_name(&name).or_raise();
+    let preset_name = layout.as_ref().map_or("millisecond", |text| text.as_str());
+    let Some((preset_unit, preset_timestamp, preset_machine, preset_sequence)) =
+        layout::preset(preset_name)
+    else {
+        let quoted = layout.as_ref().map(TextArg::quoted).unwrap_or_default();
+        CosidError::invalid_argument(format!("unknown cosid layout {quoted}"))
+            .hint(format!("Use one of: {}.", preset_names()))
+            .raise()
+    };
+    let unit = match time_unit.as_ref().map(TextArg::as_str) {
+        None => preset_unit,
+        Some("millisecond") => TimeUnit::Millisecond,
+        Some("second") => TimeUnit::Second,
+        Some(_) => {
+            let quoted = time_unit.as_ref().map(TextArg::quoted).unwrap_or_default();
+            CosidError::invalid_argument(format!("invalid cosid time unit {quoted}"))
+                .hint("Use millisecond or second.")
+                .raise()
+        }
+    };
+    let bits = |value: Option<i32>, preset: u32, argument: &str| match value {
+        None => preset,
+        Some(value) if (0..=63).contains(&value) => value as u32,
+        Some(value) => {
+            CosidError::invalid_argument(format!("{argument} must be from 0 to 63, not {value}"))
+                .raise()
+        }
+    };
+    let timestamp_bits = bits(timestamp_bits, preset_timestamp, "timestamp_bits");
+    let machine_bits = bits(machine_bits, preset_machine, "machine_bits");
+    let sequence_bits = bits(sequence_bits, preset_sequence, "sequence_bits");
+    let epoch_ms = match epoch {
+        None => layout::COSID_EPOCH_MS,
+        Some(epoch) => unix_ms(epoch).or_raise(),
+    };
+    let layout = Layout::new(epoch_ms, unit, timestamp_bits, machine_bits, sequence_bits)
+        .map_err(layout_error)
+        .or_raise();
+    covers_now(&layout).or_raise();
+    let namespace = match namespace {
+        None => name.clone(),
+        Some(text) => text.as_str().to_string(),
+    };
+    check_namespace(&namespace, &settings.namespace).or_raise();
+    if let MachineSource::Fixed(machine_id) = settings.machine {
+        if layout.check_machine_id(machine_id).is_err() {
+            CosidError::invalid_argument(format!(
+                "machine id {machine_id} does not fit generator \"{name}\""
+            ))
+            .detail(format!(
+                "Its {machine_bits} machine bits hold machine ids 0 to {}, and this server's fixed machine id (cosid.distributor = {}) is {machine_id}.",
+                layout.max_machine_id(),
+                settings.distributor.name()
+            ))
+            .hint("Give the generator more machine_bits (and fewer sequence_bits or timestamp_bits).")
+            .raise();
+        }
+    }
+    let layout_line = layout_text(&layout);
+    Spi::connect_mut(|client| {
+        // One definition change at a time, so that the checks below stay true until commit.
+        client
+            .update(
+                "LOCK TABLE cosid.generator IN SHARE ROW EXCLUSIVE MODE",
+                None,
+                &[],
+            )
+            .or_raise_spi();
+        let args: Vec<DatumWithOid> = vec![name.as_str().into()];
+        let existing = client
+            .select(
+                "SELECT 1 FROM cosid.generator WHERE name OPERATOR(pg_catalog.=) $1",
+                None,
+                &args,
+            )
+            .or_raise_spi();
+        if !existing.is_empty() {
+            already_exists(&name).raise();
+        }
+        let args: Vec<DatumWithOid> = vec![namespace.as_str().into()];
+        let sharing = client
+            .select(
+                "SELECT name FROM cosid.generator WHERE namespace OPERATOR(pg_catalog.=) $1",
+                None,
+                &args,
+            )
+            .or_raise_spi();
+        if let Some(other) = sharing
+            .into_iter()
+            .next()
+            .and_then(|row| row.get::<String>(1).ok().flatten())
+        {
+            CosidError::invalid_argument(format!(
+                "namespace \"{namespace}\" is used by cosid generator \"{other}\""
+            ))
+            .detail("Each generator holds its own machine id in its own namespace.")
+            .hint("Choose another namespace.")
+            .raise();
+        }
+        let used = client
+            .select(
+                "SELECT layout FROM cosid.generator_namespace WHERE namespace OPERATOR(pg_catalog.=) $1",
+                None,
+                &args,
+            )
+            .or_raise_spi();
+        if let Some(earlier) = used
+            .into_iter()
+            .next()
+            .and_then(|row| row.get::<String>(1).ok().flatten())
+        {
+            if earlier != layout_line {
+                CosidError::invalid_argument(format!(
+                    "namespace \"{namespace}\" was used with another layout"
+                ))
+                .detail(format!(
+                    "Its ids have the layout {earlier}; this definition's is {layout_line}. Ids of two layouts in one namespace can coincide."
+                ))
+                .hint("A generator's layout cannot change. Create it under a new namespace (the namespace argument).")
+                .raise();
+            }
+        }
+        let defined = client
+            .select("SELECT count(*) FROM cosid.generator", None, &[])
+            .or_raise_spi()
+            .first()
+            .get::<i64>(1)
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        check_room(settings, &name, &namespace, &layout, defined as usize);
+        let args: Vec<DatumWithOid> = vec![
+            name.as_str().into(),
+            namespace.as_str().into(),
+            epoch_ms.into(),
+            layout.time_unit().name().into(),
+            (layout.timestamp_bits() as i32).into(),
+            (layout.machine_bits() as i32).into(),
+            (layout.sequence_bits() as i32).into(),
+            layout_line.as_str().into(),
+        ];
+        client
+            .update(
+                "WITH defined AS (INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, sequence_bits) VALUES ($1, $2, $3, $4, $5, $6, $7)) \
+                 INSERT INTO cosid.generator_namespace (namespace, layout) VALUES ($2, $8) ON CONFLICT (namespace) DO NOTHING",
+                None,
+                &args,
+            )
+            .or_raise_spi();
+    });
+}
+
+#[pg_extern(volatile, parallel_unsafe)]
+fn cosid_drop_generator(name: Option<TextArg>) {
+    in_definitions_database();
+    let Some(name) = name else {
+        null_argument("name").raise()
+    };
+    let name = name.as_str().to_string();
+    if name == DEFAULT_NAME {
+        CosidError::invalid_argument("cannot drop the default cosid generator")
+            .detail("It is the server's own generator, configured by the cosid.* settings.")
+            .raise();
+    }
+    let deleted = Spi::connect_mut(|client| {
+        let args: Vec<DatumWithOid> = vec![name.as_str().into()];
+        client
+            .update(
+                "DELETE FROM cosid.generator WHERE name OPERATOR(pg_catalog.=) $1 RETURNING name",
+                None,
+                &args,
+            )
+            .or_raise_spi()
+            .len()
+    });
+    if deleted == 0 {
+        unknown_generator(name.as_bytes(), &format!("\"{name}\"")).raise();
+    }
+    // At commit the generator stops at once, in every database; the worker then releases its
+    // machine id with the exact last timestamp issued.
+    register_xact_callback(PgXactCallbackEvent::Commit, move || {
+        if let Ok(Some(slot)) = shmem::live_generator(name.as_bytes()) {
+            slot.drop_generator();
+        }
+    });
+}
+
+#[pg_extern(name = "cosid_next", volatile, parallel_safe)]
+fn cosid_next_named(generator: Option<GeneratorName>) -> i64 {
+    let Some(generator) = generator else {
+        null_argument("generator").raise()
+    };
+    let slot = live_slot(&generator);
+    match slot.state.next_id(slot.config(), &mut ServerClock) {
+        Ok(id) => id,
+        Err(GenerateError::Closed) if !slot.is_live() => {
+            unknown_generator(generator.bytes(), &generator.quoted()).raise()
+        }
+        Err(why) => generate_error(slot, why).raise(),
+    }
+}
+
+#[pg_extern(name = "cosid_decode", stable, strict, parallel_safe)]
+fn cosid_decode_named(
+    id: i64,
+    generator: GeneratorName,
+) -> TableIterator<
+    'static,
+    (
+        name!(ts, TimestampWithTimeZone),
+        name!(machine_id, i32),
+        name!(sequence, i32),
+    ),
+> {
+    let layout = generator_layout(&generator);
+    let parts = decompose_or_raise(&layout, id);
+    let ts = timestamptz(layout.ticks_to_unix_ms(parts.ticks)).or_raise();
+    TableIterator::once((ts, parts.machine_id as i32, parts.sequence as i32))
+}
+
+#[pg_extern(name = "cosid_timestamp", stable, strict, parallel_safe)]
+fn cosid_timestamp_named(id: i64, generator: GeneratorName) -> TimestampWithTimeZone {
+    let layout = generator_layout(&generator);
+    let parts = decompose_or_raise(&layout, id);
+    timestamptz(layout.ticks_to_unix_ms(parts.ticks)).or_raise()
+}
+
+#[pg_extern(name = "cosid_from_timestamp", stable, strict, parallel_safe)]
+fn cosid_from_timestamp_named(ts: TimestampWithTimeZone, generator: GeneratorName) -> i64 {
+    from_timestamp(&generator_layout(&generator), ts)
+}
+
+#[pg_extern(name = "cosid_friendly", stable, strict, parallel_safe)]
+fn cosid_friendly_named(id: i64, generator: GeneratorName) -> String {
+    friendly(&generator_layout(&generator), id)
+}
+
+#[pg_extern(name = "cosid_from_friendly", stable, strict, parallel_safe)]
+fn cosid_from_friendly_named(friendly: TextArg, generator: GeneratorName) -> i64 {
+    from_friendly(&generator_layout(&generator), &friendly)
+}
+
+/// Radix62 is the same for every layout; the generator's is checked to hold the id.
+#[pg_extern(name = "cosid_to_radix62", stable, strict, parallel_safe)]
+fn cosid_to_radix62_named(id: i64, generator: GeneratorName) -> String {
+    decompose_or_raise(&generator_layout(&generator), id);
+    super::cosid_to_radix62(id)
+}
+
+#[pg_extern(name = "cosid_from_radix62", stable, strict, parallel_safe)]
+fn cosid_from_radix62_named(radix62: TextArg, generator: GeneratorName) -> i64 {
+    let layout = generator_layout(&generator);
+    let id = super::cosid_from_radix62(radix62);
+    decompose_or_raise(&layout, id);
+    id
+}
+
+/// The live generator of that name, or the error that says why there is none.
+#[inline]
+fn live_slot(generator: &GeneratorName) -> &'static GeneratorSlot {
+    match shmem::live_generator(generator.bytes()) {
+        Ok(Some(slot)) => slot,
+        Ok(None) => unknown_generator(generator.bytes(), &generator.quoted()).raise(),
+        Err(why) => why.raise(),
+    }
+}
+
+/// The layout of that generator; the default one's works without preloading, as the
+/// one-argument functions do.
+fn generator_layout(generator: &GeneratorName) -> Layout {
+    if generator.bytes() == DEFAULT_NAME.as_bytes() {
+        return layout_or_raise();
+    }
+    live_slot(generator).config().layout
+}
+
+/// The error for a name that is no live generator. Until the definitions were first read, the
+/// name may be one not loaded yet: that is a moment's wait, not a mistake.
+pub(super) fn unknown_generator(name: &[u8], quoted: &str) -> CosidError {
+    let preloaded = shmem::is_preloaded();
+    if preloaded && !shmem::definitions_loaded() {
+        if let Some(why) = no_machine_id() {
+            return CosidError::prerequisite(format!(
+                "cosid has no machine id for generator {quoted}"
+            ))
+            .detail(why.detail())
+            .hint(why.hint());
+        }
+        return CosidError::prerequisite("cosid has not read its generators' definitions yet")
+            .detail(format!(
+                "The background worker reads them from table cosid.generator in database \"{}\" (cosid.database) when it starts.",
+                settings::server().map_or("?", |settings| settings.database.as_str())
+            ))
+            .hint("Try again in a moment. If this lasts, see the server log and cosid.status.");
+    }
+    let names: Vec<String> = shmem::generators()
+        .map(|slots| {
+            slots
+                .filter(|slot| slot.phase() == Phase::Live)
+                .map(|slot| slot.name().to_string())
+                .collect()
+        })
+        .unwrap_or_else(|_| vec![DEFAULT_NAME.to_string()]);
+    let _ = name;
+    CosidError::new(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("cosid generator {quoted} does not exist"),
+    )
+    .hint(format!(
+        "The generators of this server are: {}. Create one with cosid_create_generator() in database \"{}\"; it is usable everywhere within about a second.",
+        names.join(", "),
+        settings::server().map_or("?", |settings| settings.database.as_str())
+    ))
+}
+
+fn already_exists(name: &str) -> CosidError {
+    let error = CosidError::new(
+        PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
+        format!("cosid generator \"{name}\" already exists"),
+    );
+    if name == DEFAULT_NAME {
+        error.detail("\"default\" names the server's default generator, the one cosid_next() uses.")
+    } else {
+        error.hint("Drop it first with cosid_drop_generator() to define it again.")
+    }
+}
+
+fn null_argument(argument: &str) -> CosidError {
+    CosidError::new(
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("argument \"{argument}\" must not be null"),
+    )
+    .detail("It names a cosid generator.")
+}
+
+/// The server's settings, when this is the database that holds the definitions.
+fn in_definitions_database() -> &'static crate::settings::ServerSettings {
+    let Some(settings) = settings::server() else {
+        // Not preloaded: the error that says so.
+        match shmem::all_slots() {
+            Err(why) => why.raise(),
+            Ok(_) => CosidError::prerequisite("cosid has no server settings").raise(),
+        }
+    };
+    let current = Spi::get_one::<String>("SELECT pg_catalog.current_database()::text")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if current != settings.database {
+        CosidError::prerequisite(format!(
+            "cosid generators are defined in database \"{}\"",
+            settings.database
+        ))
+        .detail(format!(
+            "This is database \"{current}\". Generators are defined in cosid.database, and usable from every database of the server."
+        ))
+        .hint(format!(
+            "Connect to database \"{}\" and run the command there.",
+            settings.database
+        ))
+        .raise();
+    }
+    settings
+}
+
+fn check_name(name: &str) -> Result<(), CosidError> {
+    if name == DEFAULT_NAME {
+        return Err(already_exists(name));
+    }
+    let mut chars = name.chars();
+    let valid = name.len() <= crate::settings::MAX_GENERATOR_NAME_LEN
+        && chars
+            .next()
+            .is_some_and(|first| first.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        return Ok(());
+    }
+    Err(CosidError::invalid_argument(format!(
+        "invalid cosid generator name {}",
+        layout::quote_for_message(name, true)
+    ))
+    .detail(format!(
+        "A generator name is 1 to {} letters, digits and underscores (A-Z, a-z, 0-9, _), starting with a letter.",
+        crate::settings::MAX_GENERATOR_NAME_LEN
+    )))
+}
+
+fn check_namespace(namespace: &str, default_namespace: &str) -> Result<(), CosidError> {
+    let quoted = layout::quote_for_message(namespace, true);
+    if namespace.is_empty()
+        || namespace.len() > crate::settings::MAX_NAMESPACE_LEN
+        || namespace.chars().any(char::is_control)
+    {
+        return Err(
+            CosidError::invalid_argument(format!("invalid cosid namespace {quoted}")).detail(
+                format!(
+                    "A namespace is 1 to {} bytes long, without control characters.",
+                    crate::settings::MAX_NAMESPACE_LEN
+                ),
+            ),
+        );
+    }
+    if namespace == default_namespace {
+        return Err(CosidError::invalid_argument(format!(
+            "namespace {quoted} is the default generator's"
+        ))
+        .detail("Each generator holds its own machine id in its own namespace; cosid.namespace is the default generator's.")
+        .hint("Choose another namespace."));
+    }
+    Ok(())
+}
+
+fn preset_names() -> String {
+    layout::PRESETS
+        .iter()
+        .map(|preset| preset.0)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn layout_error(why: LayoutError) -> CosidError {
+    match why {
+        LayoutError::TooManyBits {
+            timestamp_bits,
+            machine_bits,
+            sequence_bits,
+        } => CosidError::invalid_argument("cosid generator layout does not fit in 63 bits").detail(
+            format!(
+                "timestamp_bits ({timestamp_bits}) + machine_bits ({machine_bits}) + sequence_bits ({sequence_bits}) = {} exceeds the 63 bits of a non-negative bigint.",
+                timestamp_bits + machine_bits + sequence_bits
+            ),
+        ),
+        LayoutError::NoTimestampBits => {
+            CosidError::invalid_argument("timestamp_bits must be at least 1")
+        }
+        LayoutError::NoSequenceBits => {
+            CosidError::invalid_argument("sequence_bits must be at least 1")
+        }
+        LayoutError::EpochNotWholeSecond { epoch_ms } => CosidError::invalid_argument(
+            "the epoch of a generator by the second must be a whole second",
+        )
+        .detail(format!("The epoch is {}.", layout::format_unix_ms(epoch_ms))),
+        LayoutError::TimeRangeTooLarge => CosidError::invalid_argument(
+            "cosid generator layout reaches beyond the year 292 million",
+        )
+        .detail("Use fewer timestamp_bits."),
+    }
+}
+
+/// A generator whose layout does not cover the current time could issue no id.
+fn covers_now(layout: &Layout) -> Result<(), CosidError> {
+    let now = crate::host::unix_ms_now();
+    if layout.unix_ms_to_ticks(now).is_ok() {
+        return Ok(());
+    }
+    Err(
+        CosidError::invalid_argument("cosid generator layout does not cover the current time")
+            .detail(format!(
+                "Its ids cover {} to {}, and the clock reads {}.",
+                layout::format_unix_ms(layout.epoch_ms()),
+                layout::format_unix_ms(layout.max_unix_ms()),
+                layout::format_unix_ms(now)
+            ))
+            .hint("Choose an epoch in the past, or more timestamp_bits."),
+    )
+}
+
+/// Refuses a definition that would find no slot: the named generators' slots are fixed at start.
+/// The worker stays the authority; this only says it early and clearly.
+fn check_room(
+    settings: &crate::settings::ServerSettings,
+    name: &str,
+    namespace: &str,
+    layout: &Layout,
+    defined: usize,
+) {
+    let Ok(slots) = shmem::all_slots() else {
+        return;
+    };
+    let named = &slots[1..=settings.max_generators.min(shmem::MAX_GENERATORS - 1)];
+    let reusable = named.iter().any(|slot| {
+        slot.phase() == Phase::Dropped
+            && slot.name() == name
+            && slot.namespace() == namespace
+            && slot.config().layout == *layout
+    });
+    let dropped = named
+        .iter()
+        .filter(|slot| slot.phase() == Phase::Dropped)
+        .count();
+    if reusable || defined + dropped < settings.max_generators {
+        return;
+    }
+    CosidError::new(
+        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        format!(
+            "no room for another cosid generator: cosid.max_generators is {}",
+            settings.max_generators
+        ),
+    )
+    .detail(format!(
+        "{defined} generators are defined, and {dropped} dropped ones keep their place until the server restarts (unless created again exactly as they were)."
+    ))
+    .hint("Raise cosid.max_generators (up to 31) and restart the server, or drop a generator.")
+    .raise()
+}
+
+trait OrRaiseSpi<T> {
+    fn or_raise_spi(self) -> T;
+}
+
+impl<T> OrRaiseSpi<T> for Result<T, pgrx::spi::SpiError> {
+    fn or_raise_spi(self) -> T {
+        match self {
+            Ok(value) => value,
+            Err(why) => CosidError::new(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                format!("cosid could not read or write its generators' definitions: {why}"),
+            )
+            .raise(),
+        }
+    }
+}

@@ -1,0 +1,588 @@
+//! Named generators (`cosid_create_generator`): one process keeps shared memory in step with
+//! their definitions, the rows of `cosid.generator` in `cosid.database`. With a leased machine id
+//! that process is the lease worker; with a fixed one (`manual`, `stateful_set`), the generators
+//! worker ([`generators_worker_main`]).
+//!
+//! Every [`POLL_MS`] it reads the definitions and:
+//! - takes over a live slot whose definition is still there (after the worker itself restarted);
+//! - drops a live slot whose definition is gone or changed (a backend that dropped a generator
+//!   already marked its slot at commit), then releases its machine id with the exact last
+//!   timestamp issued;
+//! - gives each new definition a slot: a dropped slot of the same definition, or a free one. A
+//!   dropped slot is never given another definition while the server runs: a backend may still
+//!   be between its check that the slot is live and its compare-and-swap of the generator, and
+//!   an id it issued under a new definition would be an id of another layout or namespace.
+//!
+//! Each generator then runs as the default one does: with leasing, its own lease session (claim,
+//! renewal, watermark, fail fast, release) in its own namespace, all sessions sharing the one
+//! store connection; with a fixed machine id, the server's machine id opened above the floor in
+//! its namespace's state file, which is written every `cosid.local_state_interval`.
+
+use super::lease::ServerEnv;
+use super::{
+    attach_signal_handlers, exit_worker, reload_if_signalled, shutdown_requested,
+    sleep_unless_shutdown, wait_latch_ms,
+};
+use crate::host::boottime_ms;
+use crate::settings::{self, MachineSource, ServerSettings};
+use crate::shmem::{self, Definition, GeneratorSlot, Phase, MAX_GENERATORS};
+use crate::{local_state, store};
+use cosid_core::generator::GeneratorConfig;
+use cosid_core::layout::{Layout, TimeUnit};
+use cosid_core::lease::session::{LogLevel, Session, Slot};
+use cosid_core::lease::{LeaseProblem, LeaseState, LeaseTiming};
+use cosid_core::protocol::{Holder, LeaseStore};
+use pgrx::bgworkers::{BackgroundWorker, BgWorkerStartTime};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How often the definitions are read: a generator created is usable within about a second.
+pub const POLL_MS: u64 = 250;
+
+pub type SharedStore = Rc<RefCell<Box<dyn LeaseStore>>>;
+
+/// A definition as read from `cosid.generator`.
+struct Row {
+    name: String,
+    namespace: String,
+    layout: Layout,
+}
+
+/// How the named generators get their machine id.
+pub enum Source {
+    Leased {
+        store: SharedStore,
+        database: String,
+        stable: bool,
+    },
+    Fixed(u32),
+}
+
+enum Runner<'a> {
+    Leased(Box<Session<'a, SharedStore, ServerEnv>>),
+    Fixed(Fixed<'a>),
+}
+
+struct Entry<'a> {
+    slot: &'a GeneratorSlot,
+    runner: Runner<'a>,
+}
+
+/// A named generator under the server's fixed machine id.
+struct Fixed<'a> {
+    slot: &'a GeneratorSlot,
+    machine_id: u32,
+    file: String,
+    next_write_ms: u64,
+    failing: bool,
+}
+
+pub struct NamedGenerators<'a> {
+    settings: &'static ServerSettings,
+    source: Source,
+    slots: &'a [GeneratorSlot; MAX_GENERATORS],
+    entries: Vec<Entry<'a>>,
+    timing: LeaseTiming,
+    next_poll_ms: u64,
+    last_logged: String,
+}
+
+impl<'a> NamedGenerators<'a> {
+    pub fn new(
+        settings: &'static ServerSettings,
+        source: Source,
+        slots: &'a [GeneratorSlot; MAX_GENERATORS],
+        timing: LeaseTiming,
+    ) -> NamedGenerators<'a> {
+        NamedGenerators {
+            settings,
+            source,
+            slots,
+            entries: Vec::new(),
+            timing,
+            next_poll_ms: 0,
+            last_logged: String::new(),
+        }
+    }
+
+    fn note(&mut self, line: String) {
+        if line != self.last_logged {
+            warning!("{line}");
+            self.last_logged = line;
+        }
+    }
+
+    /// Reads the definitions when due, then lets each generator do what is due.
+    pub fn step(&mut self) {
+        if boottime_ms() >= self.next_poll_ms {
+            self.next_poll_ms = boottime_ms() + POLL_MS;
+            self.poll();
+        }
+        for entry in &mut self.entries {
+            match &mut entry.runner {
+                Runner::Leased(session) => {
+                    if boottime_ms() >= session.next_wake_ms() {
+                        session.step();
+                    }
+                }
+                Runner::Fixed(fixed) => fixed.step(),
+            }
+        }
+    }
+
+    pub fn next_wake_ms(&self) -> u64 {
+        let mut wake = self.next_poll_ms;
+        for entry in &self.entries {
+            wake = wake.min(match &entry.runner {
+                Runner::Leased(session) => session.next_wake_ms(),
+                Runner::Fixed(fixed) => fixed.next_write_ms,
+            });
+        }
+        wake
+    }
+
+    pub fn reload(&mut self, timing: LeaseTiming) {
+        self.timing = timing;
+        for entry in &mut self.entries {
+            if let Runner::Leased(session) = &mut entry.runner {
+                session.reload(timing);
+            }
+        }
+    }
+
+    /// At server shutdown: every generator stops and gives its machine id back exactly.
+    pub fn shutdown(&mut self) {
+        for entry in &mut self.entries {
+            match &mut entry.runner {
+                Runner::Leased(session) => session.shutdown(),
+                Runner::Fixed(fixed) => fixed.stop(),
+            }
+        }
+    }
+
+    fn poll(&mut self) {
+        let slots = self.slots;
+        let rows = match read_definitions() {
+            Ok(rows) => rows,
+            Err(why) => {
+                self.note(format!(
+                    "cosid: cannot read the generators' definitions (cosid.generator) in database \"{}\": {why}",
+                    self.settings.database
+                ));
+                return;
+            }
+        };
+        let definitions: Vec<Definition> = rows
+            .iter()
+            .map(|row| self.definition(&row.name, &row.namespace, row.layout))
+            .collect();
+        // Live slots whose definition is gone or changed are dropped first, so that a name is
+        // never live in two slots.
+        let mut dropped_now = Vec::new();
+        for (index, slot) in slots.iter().enumerate().skip(1) {
+            if !slot.is_live() {
+                continue;
+            }
+            let still_defined = definitions
+                .iter()
+                .any(|definition| definition.same_as(slot.definition()));
+            if still_defined {
+                continue;
+            }
+            slot.drop_generator();
+            dropped_now.push(index);
+        }
+        // Retire every entry whose slot is no longer live: dropped by a backend at commit, or
+        // just above.
+        let mut kept = Vec::new();
+        for mut entry in std::mem::take(&mut self.entries) {
+            if entry.slot.is_live() {
+                kept.push(entry);
+            } else {
+                entry.retire();
+            }
+        }
+        self.entries = kept;
+        for (index, slot) in slots.iter().enumerate().skip(1) {
+            // A live slot no entry runs (this process started again) is taken over below; one
+            // just dropped with no entry still holds a lease to give back.
+            let running = self
+                .entries
+                .iter()
+                .any(|entry| std::ptr::eq(entry.slot, slot));
+            if dropped_now.contains(&index) && !running {
+                let mut entry = self.runner_for(slot);
+                entry.retire();
+            }
+        }
+        for definition in definitions {
+            let running = self
+                .entries
+                .iter()
+                .any(|entry| entry.slot.definition().same_as(&definition) && entry.slot.is_live());
+            if running {
+                continue;
+            }
+            let named = &slots[1..=self.settings.max_generators.min(MAX_GENERATORS - 1)];
+            // A slot dropped in this very poll is not revived: the definitions were read before
+            // a backend's drop may have committed.
+            let reusable = |slot: &&GeneratorSlot| {
+                let index = self
+                    .slots
+                    .iter()
+                    .position(|candidate| std::ptr::eq(candidate, *slot))
+                    .unwrap_or(0);
+                slot.phase() != Phase::Free
+                    && slot.definition().same_as(&definition)
+                    && !dropped_now.contains(&index)
+            };
+            let slot = named
+                .iter()
+                .find(|slot| slot.is_live() && slot.definition().same_as(&definition))
+                .or_else(|| named.iter().find(reusable))
+                .or_else(|| named.iter().find(|slot| slot.phase() == Phase::Free));
+            let Some(slot) = slot else {
+                self.note(format!(
+                    "cosid: no room for generator \"{}\": all {} places of cosid.max_generators are taken (a dropped generator keeps its place until the server restarts, unless it is created again as it was)",
+                    definition.name(),
+                    self.settings.max_generators
+                ));
+                continue;
+            };
+            let taking_over = slot.is_live();
+            if !taking_over {
+                // A fresh status for a new life; the generator stays closed until it has a
+                // machine id.
+                slot.lease.set_held(None);
+                slot.lease.last_error.store("");
+                slot.lease.set_problem(LeaseProblem::None);
+                slot.lease.set_state(LeaseState::Claiming);
+                match slot.phase() {
+                    Phase::Free => slot.publish(definition),
+                    _ => slot.revive(),
+                }
+            }
+            let entry = self.runner_for(slot);
+            self.entries.push(entry);
+        }
+        shmem::set_definitions_loaded();
+    }
+
+    fn definition(&self, name: &str, namespace: &str, layout: Layout) -> Definition {
+        let config = GeneratorConfig {
+            layout,
+            sequence_reset_threshold: self.settings.config.sequence_reset_threshold,
+        };
+        let instance_id = self.slots[shmem::DEFAULT_GENERATOR].instance_id();
+        Definition::new(
+            name,
+            namespace,
+            config,
+            self.settings.distributor,
+            instance_id,
+        )
+    }
+
+    fn runner_for(&self, slot: &'a GeneratorSlot) -> Entry<'a> {
+        let namespace = slot.namespace();
+        let file = local_state::file_for(Some(namespace));
+        let runner = match &self.source {
+            Source::Leased {
+                store,
+                database,
+                stable,
+            } => {
+                let layout = slot.config().layout;
+                let holder = Holder::new(namespace, &layout, slot.instance_id(), *stable);
+                let shared = Slot {
+                    generator: &slot.state,
+                    status: &slot.lease,
+                    layout,
+                };
+                let env = ServerEnv { state_file: file };
+                let mut session = Session::new(shared, holder, database, store.clone(), env);
+                session.start(self.timing);
+                Runner::Leased(Box::new(session))
+            }
+            Source::Fixed(machine_id) => {
+                let mut fixed = Fixed {
+                    slot,
+                    machine_id: *machine_id,
+                    file,
+                    next_write_ms: 0,
+                    failing: false,
+                };
+                if slot.is_live() && !slot.state.is_open() {
+                    fixed.open();
+                }
+                Runner::Fixed(fixed)
+            }
+        };
+        Entry { slot, runner }
+    }
+}
+
+impl Entry<'_> {
+    /// The generator was dropped: it is closed, and its machine id given back with the exact
+    /// last timestamp issued.
+    fn retire(&mut self) {
+        match &mut self.runner {
+            Runner::Leased(session) => {
+                session.shutdown();
+                self.slot.lease.set_problem(LeaseProblem::None);
+            }
+            Runner::Fixed(fixed) => fixed.stop(),
+        }
+        self.slot.lease.set_state(LeaseState::Stopped);
+        self.slot
+            .lease
+            .last_error
+            .store("the generator was dropped");
+        if let Runner::Leased(session) = &mut self.runner {
+            session.note(
+                LogLevel::Log,
+                format!("cosid: generator \"{}\" was dropped", self.slot.name()),
+            );
+        }
+    }
+}
+
+impl Fixed<'_> {
+    /// Opens the generator above the floor in its namespace's state file.
+    fn open(&mut self) {
+        let slot = self.slot;
+        let layout = slot.config().layout;
+        if let Err(why) = layout.check_machine_id(self.machine_id) {
+            slot.lease.set_state(LeaseState::Stopped);
+            slot.lease.last_error.store(&format!(
+                "the machine id does not fit generator \"{}\": {why}",
+                slot.name()
+            ));
+            return;
+        }
+        match local_state::fixed_floor_ticks(&self.file, &layout, slot.namespace(), self.machine_id)
+        {
+            Ok(floor_ticks) => match slot.state.open(&layout, self.machine_id, floor_ticks) {
+                Ok(()) => {
+                    slot.lease.set_problem(LeaseProblem::None);
+                    slot.lease.set_state(LeaseState::Up);
+                }
+                Err(why) => {
+                    slot.lease.set_state(LeaseState::Stopped);
+                    slot.lease.last_error.store(&why.to_string());
+                }
+            },
+            Err(unusable) => {
+                slot.lease.set_problem(LeaseProblem::StateFile);
+                slot.lease.last_error.store(&unusable.to_string());
+                slot.lease.set_state(LeaseState::Stopped);
+            }
+        }
+    }
+
+    /// Writes the floor when due, padded by the interval: ids may be issued until the next write.
+    fn step(&mut self) {
+        let now = boottime_ms();
+        if now < self.next_write_ms {
+            return;
+        }
+        let interval_ms = settings::local_state_interval_ms();
+        self.next_write_ms = now + interval_ms;
+        if !self.slot.state.is_open() {
+            return;
+        }
+        let layout = self.slot.config().layout;
+        let last_ms = self.slot.state.last_timestamp_ms(&layout);
+        let record =
+            local_state::record(self.slot.namespace(), self.machine_id, last_ms, interval_ms);
+        self.write(&record);
+    }
+
+    /// Closes the generator and writes the exact floor.
+    fn stop(&mut self) {
+        let was_open = self.slot.state.is_open();
+        self.slot.state.close();
+        if !was_open && self.slot.lease.problem() == LeaseProblem::StateFile {
+            return; // the file's floor is unknown: it is left as it is
+        }
+        let layout = self.slot.config().layout;
+        let last_ms = self.slot.state.last_timestamp_ms(&layout);
+        let record = local_state::final_record(self.slot.namespace(), self.machine_id, last_ms);
+        self.write(&record);
+    }
+
+    fn write(&mut self, record: &cosid_core::state_file::StateRecord) {
+        match local_state::write(&self.file, record) {
+            Ok(()) => self.failing = false,
+            Err(why) if !self.failing => {
+                self.failing = true;
+                warning!("cosid: {why}");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The rows of `cosid.generator`; none when the extension is not installed in this database.
+fn read_definitions() -> Result<Vec<Row>, String> {
+    let raw = store::local::in_transaction(Duration::from_secs(5), |client| {
+        let installed = client
+            .select(
+                "SELECT pg_catalog.to_regclass('cosid.generator') IS NOT NULL",
+                None,
+                &[],
+            )
+            .map_err(|e| e.to_string())?
+            .first()
+            .get::<bool>(1)
+            .map_err(|e| e.to_string())?
+            .unwrap_or(false);
+        if !installed {
+            return Ok(Vec::new());
+        }
+        let table = client
+            .select(
+                "SELECT name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, \
+                 sequence_bits FROM cosid.generator ORDER BY created_at, name",
+                None,
+                &[],
+            )
+            .map_err(|e| e.to_string())?;
+        let mut rows = Vec::new();
+        for row in table {
+            let text = |ordinal| {
+                row.get::<String>(ordinal)
+                    .map(Option::unwrap_or_default)
+                    .map_err(|e| e.to_string())
+            };
+            let int = |ordinal| {
+                row.get::<i32>(ordinal)
+                    .map(|value| value.unwrap_or(-1))
+                    .map_err(|e| e.to_string())
+            };
+            let epoch_ms = row
+                .get::<i64>(3)
+                .map_err(|e| e.to_string())?
+                .unwrap_or(i64::MIN);
+            rows.push((
+                text(1)?,
+                text(2)?,
+                epoch_ms,
+                text(4)?,
+                int(5)?,
+                int(6)?,
+                int(7)?,
+            ));
+        }
+        Ok(rows)
+    })?;
+    let mut rows = Vec::new();
+    for (name, namespace, epoch_ms, unit, timestamp_bits, machine_bits, sequence_bits) in raw {
+        // The table's checks keep such rows out; one edited past them is skipped.
+        let time_unit = match unit.as_str() {
+            "millisecond" => TimeUnit::Millisecond,
+            "second" => TimeUnit::Second,
+            _ => continue,
+        };
+        let bits = |value: i32| u32::try_from(value).ok();
+        let (Some(timestamp_bits), Some(machine_bits), Some(sequence_bits)) = (
+            bits(timestamp_bits),
+            bits(machine_bits),
+            bits(sequence_bits),
+        ) else {
+            continue;
+        };
+        let Ok(layout) = Layout::new(
+            epoch_ms,
+            time_unit,
+            timestamp_bits,
+            machine_bits,
+            sequence_bits,
+        ) else {
+            continue;
+        };
+        if name.is_empty() || name == shmem::DEFAULT_NAME || namespace.is_empty() {
+            continue;
+        }
+        rows.push(Row {
+            name,
+            namespace,
+            layout,
+        });
+    }
+    Ok(rows)
+}
+
+/// Registers the generators worker, for a fixed machine id; only while preloading.
+pub fn register() {
+    super::register(
+        "cosid generators worker",
+        "cosid_generators_worker_main",
+        BgWorkerStartTime::ConsistentState,
+        true,
+    );
+}
+
+/// With a fixed machine id (`manual`, `stateful_set`): runs the named generators. The default
+/// one needs no worker but the state writer, so this one is apart: a `cosid.database` that does
+/// not exist stops the named generators only.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn cosid_generators_worker_main(_arg: pg_sys::Datum) {
+    attach_signal_handlers();
+    let Some(settings) = settings::server() else {
+        return;
+    };
+    let MachineSource::Fixed(machine_id) = settings.machine else {
+        return;
+    };
+    let Ok(slots) = shmem::all_slots() else {
+        return;
+    };
+    let attempts = shmem::generators_worker_connect_attempts();
+    let failed = attempts.fetch_add(1, Ordering::Relaxed);
+    if failed > 0 {
+        let wait_ms = (1_000u64 << failed.min(6).saturating_sub(1)).min(60_000);
+        if failed == 1 {
+            warning!(
+                "cosid: the generators worker could not connect to database \"{}\" (cosid.database); the server log says why; trying again every {} s",
+                settings.database,
+                wait_ms / 1_000
+            );
+        }
+        sleep_unless_shutdown(wait_ms);
+        if shutdown_requested() {
+            exit_worker();
+        }
+    }
+    BackgroundWorker::connect_worker_to_spi(Some(&settings.database), None);
+    attempts.store(0, Ordering::Relaxed);
+    let mut named = NamedGenerators::new(
+        settings,
+        Source::Fixed(machine_id),
+        slots,
+        settings::lease_timing(),
+    );
+    loop {
+        reload_if_signalled();
+        if shutdown_requested() {
+            break;
+        }
+        named.step();
+        let wait = named
+            .next_wake_ms()
+            .saturating_sub(boottime_ms())
+            .clamp(10, 1_000);
+        if !wait_latch_ms(wait) {
+            break;
+        }
+    }
+    if shutdown_requested() {
+        named.shutdown();
+    }
+    exit_worker();
+}
