@@ -395,7 +395,7 @@ class Faults(unittest.TestCase):
             for proxy in self.proxies:
                 proxy.set_mode("pass")
 
-        by_generator = self.run_with_load("store unreachable, 3 generators", fault, heal,
+        by_generator = self.run_with_load("store out of reach", fault, heal,
                                           SAFE_GUARD_S + 2, generators=names, clients=1)
         for (server, name), (value, error) in sorted(refusals.items(), key=str):
             label = f"{server}, {name or 'default'}"

@@ -1,10 +1,10 @@
 """Named generators against real servers: several layouts and namespaces on one server, each
 named generator with a lease of its own in the same lease store; one lease lost while the others
 keep working; a dropped generator that releases its lease with the exact last timestamp, and a
-re-created one that waits for a watermark ahead of the clock; definitions seen from a second
-database, and the errors; a restart, a backend kill -9 and a server kill -9 while every
-generator generates; a namespace with no machine id left. Lease timings as in test_lease: a 4 s
-safe guard and renewals every 0.5 s."""
+re-created one that waits for a watermark ahead of the clock; a new generator known as soon as
+its creation commits; definitions seen from a second database, and the errors; a restart, a
+backend kill -9 and a server kill -9 while every generator generates; a namespace with no
+machine id left. Lease timings as in test_lease: a 4 s safe guard and renewals every 0.5 s."""
 
 import contextlib
 import os
@@ -308,6 +308,21 @@ class Generators(unittest.TestCase):
             f"SELECT (extract(epoch FROM cosid_timestamp({issued[0]}, 'w')) * 1000)::bigint")),
             stamps[0])
 
+    def test_a_new_generator_is_known_as_soon_as_its_creation_commits(self):
+        # Until the worker holds its lease, a new generator may refuse with 55000 (claiming);
+        # but it exists: 42704 would tell the caller that it was never created.
+        cluster = self.cluster("gen-new", 25806)
+        session = Psql(cluster)
+        self.addCleanup(session.close)
+        session.run("SELECT cosid_create_generator('fresh')")
+        for call in (lambda: session.run("SELECT cosid_next('fresh')"),
+                     lambda: cluster.query("SELECT cosid_next('fresh')")):
+            try:
+                call()
+            except SqlError as error:
+                self.assertEqual(error.sqlstate, "55000", error.stderr)
+        wait_for(lambda: next_id(cluster, "fresh")[0], 10, "'fresh' to generate")
+
     def test_definitions_seen_from_a_second_database_and_errors(self):
         cluster = self.cluster("gen-app2", 25803)
         cluster.query("SELECT cosid_create_generator('orders')")
@@ -320,6 +335,7 @@ class Generators(unittest.TestCase):
         self.assertEqual(len(set(here) | set(there) | {value}), 2001)
         self.assertEqual({decode(v, "millisecond")[1] for v in here + there},
                          {decode(value, "millisecond")[1]})
+        wait_generators_up(cluster, ["default", "orders"])
         self.assertIsNone(next_id(cluster, "default", db="app2")[1])
         # In app2: an unknown name, and no definitions outside cosid.database.
         unknown = self.assertRefused("42704", "SELECT cosid_next('nope')", cluster, "app2")
@@ -369,13 +385,16 @@ class Generators(unittest.TestCase):
 
         def wait_ids(since, what):
             for name, load in loads.items():
-                wait_for(lambda: load.ids_so_far(started_after=since) >= 20_000, 60,
-                         f"20000 ids of '{name}' {what}")
+                wait_for(lambda: load.ids_so_far(started_after=since) >= 60_000, 60,
+                         f"60000 ids of '{name}' {what}")
 
         with contextlib.ExitStack() as stack:
             for load in loads.values():
                 stack.enter_context(load)
             wait_ids(0, "before the restart")
+            # Early in a second, so that the restarted server may lease again within the
+            # second the last ids of 'sec' were issued in: it must not issue in that second.
+            wait_for(lambda: time.time() % 1 < 0.2, 2, "the start of a second")
             restarted_at = time.monotonic()
             cluster.restart()
             wait_generators_up(cluster, layouts)
@@ -412,6 +431,10 @@ class Generators(unittest.TestCase):
         for name, load in loads.items():
             sessions = load.sessions
             totals[name] = sum(len(s.ids) for s in sessions)
+            # Refused while claiming (55000), or cut by the shutdown, the crash and the start;
+            # never told that the generator does not exist.
+            self.assertLessEqual({s.sqlstate for s in sessions if s.error},
+                                 {"55000", "57P01", "57P02", "57P03", "connection"}, name)
             self.assertEqual(duplicates(sessions), 0, f"duplicate ids of '{name}'")
             self.assertEqual(sessions_not_increasing(sessions), [], name)
             # Every phase made ids, and every session's ids are of this generator's layout.
