@@ -49,6 +49,14 @@ def wait_leased(cluster):
     raise RuntimeError(f"{cluster.name} leased no machine id:\n{cluster.log()[-2000:]}")
 
 
+def wait_named(cluster):
+    for _ in range(300):
+        if cluster.query("SELECT state FROM cosid.status WHERE name = 'bench'") == "UP":
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{cluster.name}: generator bench is not up:\n{cluster.log()[-2000:]}")
+
+
 def timed_statements(cluster, statements):
     """Runs statements in one session; returns each one's server round trip in seconds."""
     script = "\\timing on\n" + "".join(f"{s};\n" for s in statements)
@@ -58,9 +66,14 @@ def timed_statements(cluster, statements):
     return [float(ms) / 1000 for ms in re.findall(r"^Time: ([0-9.]+) ms", result.stdout, re.M)]
 
 
-def single_backend(cluster, rounds):
+# A named generator (cosid_create_generator) with the same layout as the default one: the cost of
+# finding a generator by its name on every call.
+NAMED_QUERY = f"SELECT count(cosid_next('bench')) FROM {LOOP}"
+
+
+def single_backend(cluster, rounds, queries=CALL_QUERIES):
     medians = {}
-    for name, query in CALL_QUERIES.items():
+    for name, query in queries.items():
         timed_statements(cluster, [query])  # warm up
         medians[name] = statistics.median(timed_statements(cluster, [query] * rounds))
     return medians
@@ -157,18 +170,24 @@ def main():
     uncapped_layout = {"cosid.epoch": f"'{today}'", "cosid.timestamp_bits": 35,
                        "cosid.machine_bits": 6, "cosid.sequence_bits": 22}
     costs = {}
+    named_layout = (f"timestamp_bits => 35, machine_bits => 6, sequence_bits => 22, "
+                    f"epoch => '{today}'")
     for distributor in ("lease", "manual"):
         uncapped = Cluster(f"bench-uncapped-{distributor}", free_port(25191), {
             **uncapped_layout, "cosid.distributor": distributor, "cosid.machine_id": 1},
             durable=True).init()
         uncapped.start()
         try:
-            uncapped.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq")
+            uncapped.query("CREATE EXTENSION cosid; CREATE SEQUENCE bench_seq; "
+                           f"SELECT cosid_create_generator('bench', {named_layout})")
             wait_leased(uncapped)
-            medians = single_backend(uncapped, args.rounds)
+            wait_named(uncapped)
+            queries = dict(CALL_QUERIES)
+            queries["cosid_next('bench')"] = NAMED_QUERY
+            medians = single_backend(uncapped, args.rounds, queries)
             loop = medians.pop("empty loop")
             for name, seconds in medians.items():
-                label = f"{name} ({distributor})" if name == "cosid_next()" else name
+                label = f"{name} ({distributor})" if name.startswith("cosid_next") else name
                 costs.setdefault(label, []).append((seconds - loop) * 1e9 / CALLS)
         finally:
             uncapped.stop()
@@ -179,6 +198,11 @@ def main():
     for name, samples in costs.items():
         ns = statistics.median(samples)
         print(f"   {name:<30}{ns:>12.0f}{ns / base:>10.2f}x")
+    for distributor in ("lease", "manual"):
+        default = statistics.median(costs[f"cosid_next() ({distributor})"])
+        named = statistics.median(costs[f"cosid_next('bench') ({distributor})"])
+        print(f"   {distributor}: cosid_next('bench') costs {named / default:.2f}x "
+              f"cosid_next() ({named - default:+.0f} ns)")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,22 @@
 //! # Protocol
 //!
 //! *Layout of the segment.* [`SharedState`] holds [`MAX_GENERATORS`] slots; slot 0 is the
-//! server's default generator, the one `cosid_next()` uses. Later generators (named, each with
-//! its own namespace and layout) take the other slots, so adding them needs no new segment.
+//! server's default generator, the one `cosid_next()` uses. Named generators
+//! (`cosid_create_generator`) take the others, up to `cosid.max_generators`, so adding them needs
+//! no new segment.
 //!
-//! *Written once.* A slot's `config`, `namespace`, `distributor`, `instance_id` and `in_use` are written by the postmaster in the shared-memory startup hook, before any backend
-//! exists, and never again. Any process reads them without synchronisation.
+//! *Slots and their phase.* A slot's [`Definition`] (name, namespace, layout, distributor,
+//! instance id) is written while the slot is [`Phase::Free`], and never again until the segment
+//! is rebuilt. Slot 0's is written by the postmaster in the startup hook, before any backend
+//! exists; a named slot's by the one process that manages named generators (`worker::named`),
+//! which then stores the phase `Live` with `Release`. Readers load the phase with `Acquire`
+//! before they read a definition, so they see it whole. A live slot is dropped by a
+//! compare-and-swap `Live` → `Dropped` (the backend whose drop committed, or the managing
+//! process), which then closes the generator. A dropped slot only becomes live again with the
+//! same definition: a backend may still be between its check that the slot is live and its
+//! compare-and-swap of the generator's word, and that id must stay one of the same generator.
+//! Backends cache the slot index of the last name they looked up; a name never moves between
+//! slots while one is live, and the cached slot is checked to be live on every call.
 //!
 //! *Lock-free state.* Everything that changes while the server runs is an atomic inside
 //! [`GeneratorState`]: the state word (the last id issued, with the closed bit), the tick bound and
@@ -35,8 +46,9 @@
 //! saw the same even version before and after copying.
 //!
 //! *Crashes.* When any backend dies abnormally, the postmaster throws the segment away and runs
-//! the startup hook again on a fresh one. Nothing here survives that: the hook rebuilds every slot
-//! from the settings. A re-opened generator's floor is the current tick, so it issues nothing in
+//! the startup hook again on a fresh one. Nothing here survives that: the hook rebuilds slot 0
+//! from the settings, and the managing process publishes the named generators again from their
+//! definitions. A re-opened generator's floor is the current tick, so it issues nothing in
 //! the tick in which the server was reinitialised, nor in any earlier one; a clock stepped back
 //! meanwhile is covered by the lease watermark, or for a fixed machine id by the floor in the
 //! local state file (`local_state.rs`).
@@ -53,7 +65,7 @@ use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// How many generators one server can hold: the default one and the named ones.
 pub const MAX_GENERATORS: usize = 1 + MAX_NAMED_GENERATORS;
@@ -273,6 +285,11 @@ pub struct SharedState {
     definitions_loaded: AtomicBool,
     /// Failed starts of the generators worker in a row, for its back-off.
     generators_connect_attempts: AtomicU32,
+    /// Set by a backend whose change of the definitions committed; the managing process reads
+    /// them at once instead of at its next poll.
+    definitions_changed: AtomicBool,
+    /// The managing process's pid, whose latch such a backend sets; 0 while there is none.
+    manager_pid: AtomicI32,
 }
 
 fn pack_policy(policy: BackwardsPolicy) -> u64 {
@@ -307,7 +324,7 @@ pub fn set_backwards_policy(policy: BackwardsPolicy) {
 unsafe impl PGRXSharedMemory for SharedState {}
 
 // SAFETY: the name is unique to this extension, and the segment is only reached through
-// `slots()` and `default_generator()`, which check that the library was preloaded first.
+// functions of this module that check that the library was preloaded first.
 static SHARED: PgAtomic<SharedState> = unsafe { PgAtomic::new(c"cosid_generators") };
 
 /// Set in the postmaster when the library is preloaded; inherited by every backend it forks.
@@ -330,6 +347,8 @@ fn fresh_state() -> SharedState {
         backwards: AtomicU64::new(pack_policy(settings.backwards)),
         definitions_loaded: AtomicBool::new(false),
         generators_connect_attempts: AtomicU32::new(0),
+        definitions_changed: AtomicBool::new(false),
+        manager_pid: AtomicI32::new(0),
     };
     let instance_id = match &settings.machine {
         // A fresh identity at every initialisation: after a crash, the old claim is somebody
@@ -424,6 +443,44 @@ pub fn definitions_loaded() -> bool {
 
 pub fn generators_worker_connect_attempts() -> &'static AtomicU32 {
     &SHARED.get().generators_connect_attempts
+}
+
+/// The managing process says where to wake it.
+pub fn set_manager_pid(pid: i32) {
+    if is_preloaded() {
+        SHARED.get().manager_pid.store(pid, Ordering::Release);
+    }
+}
+
+/// After a change of the definitions committed: the managing process reads them now.
+pub fn definitions_changed() {
+    if !is_preloaded() {
+        return;
+    }
+    let shared = SHARED.get();
+    shared.definitions_changed.store(true, Ordering::Release);
+    let pid = shared.manager_pid.load(Ordering::Acquire);
+    if pid == 0 {
+        return;
+    }
+    // SAFETY: BackendPidGetProc looks the pid up under ProcArrayLock and returns null when no
+    // process of the server has it; a PGPROC stays mapped for the server's life, and setting the
+    // latch of a process that has just exited, or of one that reused the slot, only wakes it.
+    unsafe {
+        let proc = pg_sys::BackendPidGetProc(pid);
+        if !proc.is_null() {
+            pg_sys::SetLatch(&mut (*proc).procLatch);
+        }
+    }
+}
+
+/// Whether a backend changed the definitions since the last call.
+pub fn take_definitions_changed() -> bool {
+    is_preloaded()
+        && SHARED
+            .get()
+            .definitions_changed
+            .swap(false, Ordering::AcqRel)
 }
 
 pub fn set_definitions_loaded() {

@@ -226,6 +226,8 @@ fn cosid_create_generator(
             )
             .or_raise_spi();
     });
+    // At commit the worker reads the definitions at once: usable within milliseconds.
+    register_xact_callback(PgXactCallbackEvent::Commit, shmem::definitions_changed);
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
@@ -260,6 +262,7 @@ fn cosid_drop_generator(name: Option<TextArg>) {
         if let Ok(Some(slot)) = shmem::live_generator(name.as_bytes()) {
             slot.drop_generator();
         }
+        shmem::definitions_changed();
     });
 }
 
@@ -399,7 +402,7 @@ fn already_exists(name: &str) -> CosidError {
     if name == DEFAULT_NAME {
         error.detail("\"default\" names the server's default generator, the one cosid_next() uses.")
     } else {
-        error.hint("Drop it first with cosid_drop_generator() to define it again.")
+        error.hint("A generator's definition cannot change. Drop it with cosid_drop_generator() and create it again; a new layout needs a new namespace.")
     }
 }
 

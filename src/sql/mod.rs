@@ -539,15 +539,27 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     }
     if lease.problem() == LeaseProblem::Exhausted {
         let bits = slot.config().layout.machine_bits();
+        let named = slot.name() != shmem::DEFAULT_NAME;
+        let (bits_setting, raise) = if named {
+            (
+                format!("generator \"{}\"", slot.name()),
+                "Create the generator under a new namespace with more machine_bits, or stop a server of the namespace",
+            )
+        } else {
+            (
+                "cosid.machine_bits".to_string(),
+                "Raise cosid.machine_bits on every server of the namespace, or stop a server of it",
+            )
+        };
         return CosidError::new(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             format!("no machine id left in namespace \"{namespace}\""),
         )
         .detail(format!(
-            "All {} machine ids of {bits} machine bits (cosid.machine_bits) are held by other servers of the namespace.",
+            "All {} machine ids of {bits} machine bits ({bits_setting}) are held by other servers of the namespace.",
             1u64 << bits
         ))
-        .hint("Raise cosid.machine_bits on every server of the namespace, or stop a server of it: see cosid.leases. Do not delete rows of cosid.machine_lease: their watermarks keep ids from being issued twice.");
+        .hint(format!("{raise}: see cosid.leases. Do not delete rows of cosid.machine_lease: their watermarks keep ids from being issued twice."));
     }
     CosidError::prerequisite(format!(
         "cosid holds no machine id lease in namespace \"{namespace}\""

@@ -98,6 +98,7 @@ impl<'a> NamedGenerators<'a> {
         slots: &'a [GeneratorSlot; MAX_GENERATORS],
         timing: LeaseTiming,
     ) -> NamedGenerators<'a> {
+        shmem::set_manager_pid(std::process::id() as i32);
         NamedGenerators {
             settings,
             source,
@@ -118,7 +119,7 @@ impl<'a> NamedGenerators<'a> {
 
     /// Reads the definitions when due, then lets each generator do what is due.
     pub fn step(&mut self) {
-        if boottime_ms() >= self.next_poll_ms {
+        if shmem::take_definitions_changed() || boottime_ms() >= self.next_poll_ms {
             self.next_poll_ms = boottime_ms() + POLL_MS;
             self.poll();
         }
@@ -197,26 +198,24 @@ impl<'a> NamedGenerators<'a> {
             dropped_now.push(index);
         }
         // Retire every entry whose slot is no longer live: dropped by a backend at commit, or
-        // just above.
+        // just above. A slot just dropped that no entry runs (this process started again)
+        // still holds a lease to give back.
+        let mut retired_now = Vec::new();
         let mut kept = Vec::new();
         for mut entry in std::mem::take(&mut self.entries) {
             if entry.slot.is_live() {
                 kept.push(entry);
             } else {
                 entry.retire();
+                retired_now.push(entry.slot as *const GeneratorSlot);
             }
         }
         self.entries = kept;
-        for (index, slot) in slots.iter().enumerate().skip(1) {
-            // A live slot no entry runs (this process started again) is taken over below; one
-            // just dropped with no entry still holds a lease to give back.
-            let running = self
-                .entries
-                .iter()
-                .any(|entry| std::ptr::eq(entry.slot, slot));
-            if dropped_now.contains(&index) && !running {
-                let mut entry = self.runner_for(slot);
-                entry.retire();
+        for &index in &dropped_now {
+            let slot = &slots[index];
+            if !retired_now.contains(&(slot as *const GeneratorSlot)) {
+                self.runner_for(slot).retire();
+                retired_now.push(slot);
             }
         }
         for definition in definitions {

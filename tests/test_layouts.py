@@ -1,0 +1,137 @@
+"""Named generators of CosId's four layouts against CosId's own ids (tests/vectors/
+cosid-layouts.json, written by CosId's classes): every decode and format function, given the
+generator's name, must read and write each id as CosId does. And the point of the `safe_js`
+layout: its ids survive JSON read as JavaScript numbers (doubles), as node-postgres or a browser
+would read them."""
+
+import json
+import time
+import unittest
+
+from pgcluster import ROOT, Cluster, SqlError, free_port
+from test_lease import FAST_LEASES
+
+VECTORS = json.loads((ROOT / "tests" / "vectors" / "cosid-layouts.json").read_text())["layouts"]
+
+
+def wait_for_answer(cluster, sql, allowed, timeout=30):
+    """The rows of `sql` once it answers; until then it may fail only with the SQLSTATEs in
+    `allowed` (a generator just created is not known yet, or has no lease yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return cluster.rows(sql)
+        except SqlError as error:
+            if error.sqlstate not in allowed or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{sql}\nfailed with {error} after {timeout} s:\n{cluster.log()[-2000:]}")
+        time.sleep(0.05)
+
+
+def literal(text):
+    return "'" + text.replace("'", "''") + "'"
+
+
+class Layouts(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster("layouts", free_port(25750), dict(FAST_LEASES)).init()
+        cls.cluster.start()
+        cls.cluster.query("CREATE EXTENSION cosid")
+        for layout in VECTORS:
+            cls.cluster.query(f"SELECT cosid_create_generator('v_{layout}', '{layout}')")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def test_generators_have_cosids_layouts(self):
+        for layout, cosid in VECTORS.items():
+            with self.subTest(layout=layout):
+                row = self.cluster.rows(
+                    "SELECT namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, "
+                    f"sequence_bits FROM cosid.generator WHERE name = 'v_{layout}'")
+                self.assertEqual(row, [[
+                    f"v_{layout}", str(cosid["epoch_ms"]), cosid["time_unit"],
+                    str(cosid["timestamp_bits"]), str(cosid["machine_bits"]),
+                    str(cosid["sequence_bits"])]])
+
+    def test_every_vector_reads_and_writes_as_in_cosid(self):
+        columns = ["decode_ms", "decode_machine_id", "decode_sequence", "timestamp_ms",
+                   "friendly", "from_friendly", "from_friendly_padded", "radix62",
+                   "from_radix62", "from_radix62_unpadded", "from_timestamp"]
+        checked = 0
+        for layout, cosid in VECTORS.items():
+            generator = f"'v_{layout}'"
+            values = ",\n".join(
+                f"({n}, {v['id']}::bigint, {v['timestamp_ms']}::bigint, {literal(v['friendly'])}, "
+                f"{literal(v['friendly_padded'])}, {literal(v['radix62'])}, "
+                f"{literal(v['radix62_unpadded'])})"
+                for n, v in enumerate(cosid["vectors"]))
+            sql = f"""
+                SELECT (extract(epoch FROM d.ts) * 1000)::bigint, d.machine_id, d.sequence,
+                       (extract(epoch FROM cosid_timestamp(v.id, {generator})) * 1000)::bigint,
+                       cosid_friendly(v.id, {generator}),
+                       cosid_from_friendly(v.friendly, {generator}),
+                       cosid_from_friendly(v.padded, {generator}),
+                       cosid_to_radix62(v.id, {generator}),
+                       cosid_from_radix62(v.radix62, {generator}),
+                       cosid_from_radix62(v.unpadded, {generator}),
+                       cosid_from_timestamp(
+                           timestamptz 'epoch' + v.ms * interval '1 millisecond', {generator})
+                  FROM (VALUES {values}) v(n, id, ms, friendly, padded, radix62, unpadded),
+                       cosid_decode(v.id, {generator}) d
+                 ORDER BY v.n"""
+            # A generator just created is known everywhere within about a second.
+            rows = wait_for_answer(self.cluster, sql, {"42704"})
+            self.assertEqual(len(rows), len(cosid["vectors"]), sql)
+            shift = cosid["machine_bits"] + cosid["sequence_bits"]
+            for vector, row in zip(cosid["vectors"], rows):
+                with self.subTest(layout=layout, id=vector["id"], note=vector["note"]):
+                    expected = [vector["timestamp_ms"], vector["machine_id"], vector["sequence"],
+                                vector["timestamp_ms"], vector["friendly"], vector["id"],
+                                vector["id"], vector["radix62"], vector["id"], vector["id"],
+                                vector["id"] >> shift << shift]
+                    got = dict(zip(columns, row))
+                    self.assertEqual(got, dict(zip(columns, [str(e) for e in expected])),
+                                     f"generator {generator}, id {vector['id']}:\n{sql}")
+                    checked += 1
+        self.assertGreaterEqual(checked, 32)
+
+    def test_safe_js_ids_survive_javascript_numbers(self):
+        self.cluster.query("SELECT cosid_create_generator('js', 'safe_js')")
+        # A new generator answers once the lease worker holds its lease.
+        wait_for_answer(self.cluster, "SELECT cosid_next('js')", {"42704", "55000"})
+        rows = self.cluster.rows("""
+            WITH ids AS MATERIALIZED (
+                SELECT n, cosid_next('js') AS id FROM generate_series(1, 1000) n)
+            SELECT id, json_build_object('id', id)::text FROM ids ORDER BY n""")
+        self.assertEqual(len(rows), 1000)
+        ids = []
+        for id_text, json_text in rows:
+            id_ = int(id_text)
+            # What JSON.parse does: every number is a double.
+            number = json.loads(json_text, parse_int=float)["id"]
+            self.assertIsInstance(number, float)
+            self.assertEqual(int(number), id_, json_text)
+            self.assertLess(id_, 2**53)
+            ids.append(id_)
+        self.assertEqual(ids, sorted(set(ids)), "ids of one session strictly increase")
+        # They are the js generator's: its machine id, in its own namespace.
+        (namespace, machine_id), = self.cluster.rows(
+            "SELECT namespace, machine_id FROM cosid.status WHERE name = 'js'")
+        self.assertEqual(namespace, "js")
+        self.assertEqual({(i >> 9) & 7 for i in ids}, {int(machine_id)})
+        decoded = self.cluster.rows(f"SELECT machine_id FROM cosid_decode({ids[-1]}, 'js')")
+        self.assertEqual(decoded, [[machine_id]])
+        # The largest id of the layout, 2^53 - 1, survives too; an id of the millisecond layout
+        # does not (which is why safe_js exists).
+        for layout, survives in [("safe_js", True), ("millisecond", False)]:
+            largest = VECTORS[layout]["vectors"][-1]["id"]
+            (json_text,), = self.cluster.rows(f"SELECT json_build_object('id', {largest}::bigint)")
+            number = json.loads(json_text, parse_int=float)["id"]
+            self.assertEqual(int(number) == largest, survives, f"{layout}: {json_text}")
+
+
+if __name__ == "__main__":
+    unittest.main()
