@@ -290,6 +290,10 @@ pub struct SharedState {
     definitions_changed: AtomicBool,
     /// The managing process's pid, whose latch such a backend sets; 0 while there is none.
     manager_pid: AtomicI32,
+    /// Creations committed, and how many of them the managing process has published: while
+    /// they differ, a name not found may be one just created.
+    creations_committed: AtomicU64,
+    creations_published: AtomicU64,
 }
 
 fn pack_policy(policy: BackwardsPolicy) -> u64 {
@@ -349,6 +353,8 @@ fn fresh_state() -> SharedState {
         generators_connect_attempts: AtomicU32::new(0),
         definitions_changed: AtomicBool::new(false),
         manager_pid: AtomicI32::new(0),
+        creations_committed: AtomicU64::new(0),
+        creations_published: AtomicU64::new(0),
     };
     let instance_id = match &settings.machine {
         // A fresh identity at every initialisation: after a crash, the old claim is somebody
@@ -449,6 +455,39 @@ pub fn generators_worker_connect_attempts() -> &'static AtomicU32 {
 pub fn set_manager_pid(pid: i32) {
     if is_preloaded() {
         SHARED.get().manager_pid.store(pid, Ordering::Release);
+    }
+}
+
+/// After a creation committed: counted, and the managing process reads the definitions now.
+pub fn generator_created() {
+    if is_preloaded() {
+        SHARED
+            .get()
+            .creations_committed
+            .fetch_add(1, Ordering::AcqRel);
+        definitions_changed();
+    }
+}
+
+/// Creations committed so far: the managing process reads this before the definitions, and
+/// publishes it with [`set_creations_published`] once it has published what it read.
+pub fn creations_committed() -> u64 {
+    SHARED.get().creations_committed.load(Ordering::Acquire)
+}
+
+pub fn set_creations_published(count: u64) {
+    SHARED
+        .get()
+        .creations_published
+        .store(count, Ordering::Release);
+}
+
+/// Whether a committed creation may not be published yet.
+pub fn creations_pending() -> bool {
+    is_preloaded() && {
+        let shared = SHARED.get();
+        let published = shared.creations_published.load(Ordering::Acquire);
+        shared.creations_committed.load(Ordering::Acquire) != published
     }
 }
 

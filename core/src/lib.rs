@@ -1,6 +1,7 @@
 //! cosid's pure logic, with no PostgreSQL calls: the id layout and its text forms, the lock-free
 //! generator state machine, the machine-id distributors that need no store, the lease
-//! timing policy, and the floor of the local state file. The extension
+//! timing policy, where named generators live (`registry`), and the floor of the local state
+//! file. The extension
 //! (`src/` at the top of the repository) wraps these for SQL; everything here is unit-tested on its
 //! own with `cargo test -p cosid-core`.
 
@@ -10,4 +11,5 @@ pub mod generator;
 pub mod layout;
 pub mod lease;
 pub mod protocol;
+pub mod registry;
 pub mod state_file;

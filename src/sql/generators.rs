@@ -227,7 +227,7 @@ fn cosid_create_generator(
             .or_raise_spi();
     });
     // At commit the worker reads the definitions at once: usable within milliseconds.
-    register_xact_callback(PgXactCallbackEvent::Commit, shmem::definitions_changed);
+    register_xact_callback(PgXactCallbackEvent::Commit, shmem::generator_created);
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
@@ -359,7 +359,7 @@ fn generator_layout(generator: &GeneratorName) -> Layout {
 /// name may be one not loaded yet: that is a moment's wait, not a mistake.
 pub(super) fn unknown_generator(name: &[u8], quoted: &str) -> CosidError {
     let preloaded = shmem::is_preloaded();
-    if preloaded && !shmem::definitions_loaded() {
+    if preloaded && (!shmem::definitions_loaded() || shmem::creations_pending()) {
         if let Some(why) = no_machine_id() {
             return CosidError::prerequisite(format!(
                 "cosid has no machine id for generator {quoted}"
@@ -367,12 +367,14 @@ pub(super) fn unknown_generator(name: &[u8], quoted: &str) -> CosidError {
             .detail(why.detail())
             .hint(why.hint());
         }
-        return CosidError::prerequisite("cosid has not read its generators' definitions yet")
-            .detail(format!(
-                "The background worker reads them from table cosid.generator in database \"{}\" (cosid.database) when it starts.",
-                settings::server().map_or("?", |settings| settings.database.as_str())
-            ))
-            .hint("Try again in a moment. If this lasts, see the server log and cosid.status.");
+        return CosidError::prerequisite(format!(
+            "cosid generator {quoted} is not known yet"
+        ))
+        .detail(format!(
+            "The background worker has not yet read the generators' definitions (table cosid.generator in database \"{}\", cosid.database) since the server started or a generator was created.",
+            settings::server().map_or("?", |settings| settings.database.as_str())
+        ))
+        .hint("Try again in a moment. If this lasts, see the server log and cosid.status.");
     }
     let names: Vec<String> = shmem::generators()
         .map(|slots| {

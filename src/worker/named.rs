@@ -3,15 +3,10 @@
 //! that process is the lease worker; with a fixed one (`manual`, `stateful_set`), the generators
 //! worker ([`generators_worker_main`]).
 //!
-//! Every [`POLL_MS`] it reads the definitions and:
-//! - takes over a live slot whose definition is still there (after the worker itself restarted);
-//! - drops a live slot whose definition is gone or changed (a backend that dropped a generator
-//!   already marked its slot at commit), then releases its machine id with the exact last
-//!   timestamp issued;
-//! - gives each new definition a slot: a dropped slot of the same definition, or a free one. A
-//!   dropped slot is never given another definition while the server runs: a backend may still
-//!   be between its check that the slot is live and its compare-and-swap of the generator, and
-//!   an id it issued under a new definition would be an id of another layout or namespace.
+//! Every [`POLL_MS`], and at once when a backend's create or drop committed, it reads the
+//! definitions and carries out what `cosid_core::registry::plan` decides: drop and retire the
+//! slots whose definition is gone, take over live ones after a restart of this process, revive
+//! a dropped slot created again as it was, publish new definitions in free slots.
 //!
 //! Each generator then runs as the default one does: with leasing, its own lease session (claim,
 //! renewal, watermark, fail fast, release) in its own namespace, all sessions sharing the one
@@ -32,6 +27,7 @@ use cosid_core::layout::{Layout, TimeUnit};
 use cosid_core::lease::session::{LogLevel, Session, Slot};
 use cosid_core::lease::{LeaseProblem, LeaseState, LeaseTiming};
 use cosid_core::protocol::{Holder, LeaseStore};
+use cosid_core::registry::{self, SlotView, Step};
 use pgrx::bgworkers::{BackgroundWorker, BgWorkerStartTime};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -42,6 +38,11 @@ use std::time::Duration;
 
 /// How often the definitions are read: a generator created is usable within about a second.
 pub const POLL_MS: u64 = 250;
+
+/// How long after a failed read of the definitions the next one comes; each read waits at most
+/// [`READ_TIMEOUT`] (for a lock, say).
+const POLL_RETRY_MS: u64 = 2_000;
+const READ_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub type SharedStore = Rc<RefCell<Box<dyn LeaseStore>>>;
 
@@ -166,7 +167,8 @@ impl<'a> NamedGenerators<'a> {
     }
 
     fn poll(&mut self) {
-        let slots = self.slots;
+        // Read before the definitions: every creation counted here is in what is read.
+        let creations = shmem::creations_committed();
         let rows = match read_definitions() {
             Ok(rows) => rows,
             Err(why) => {
@@ -174,6 +176,8 @@ impl<'a> NamedGenerators<'a> {
                     "cosid: cannot read the generators' definitions (cosid.generator) in database \"{}\": {why}",
                     self.settings.database
                 ));
+                // A table locked by someone else must not hold up the leases' renewals.
+                self.next_poll_ms = boottime_ms() + POLL_RETRY_MS;
                 return;
             }
         };
@@ -181,94 +185,69 @@ impl<'a> NamedGenerators<'a> {
             .iter()
             .map(|row| self.definition(&row.name, &row.namespace, row.layout))
             .collect();
-        // Live slots whose definition is gone or changed are dropped first, so that a name is
-        // never live in two slots.
-        let mut dropped_now = Vec::new();
-        for (index, slot) in slots.iter().enumerate().skip(1) {
-            if !slot.is_live() {
-                continue;
-            }
-            let still_defined = definitions
-                .iter()
-                .any(|definition| definition.same_as(slot.definition()));
-            if still_defined {
-                continue;
-            }
-            slot.drop_generator();
-            dropped_now.push(index);
-        }
-        // Retire every entry whose slot is no longer live: dropped by a backend at commit, or
-        // just above. A slot just dropped that no entry runs (this process started again)
-        // still holds a lease to give back.
-        let mut retired_now = Vec::new();
-        let mut kept = Vec::new();
-        for mut entry in std::mem::take(&mut self.entries) {
-            if entry.slot.is_live() {
-                kept.push(entry);
-            } else {
-                entry.retire();
-                retired_now.push(entry.slot as *const GeneratorSlot);
-            }
-        }
-        self.entries = kept;
-        for &index in &dropped_now {
-            let slot = &slots[index];
-            if !retired_now.contains(&(slot as *const GeneratorSlot)) {
-                self.runner_for(slot).retire();
-                retired_now.push(slot);
-            }
-        }
-        for definition in definitions {
-            let running = self
-                .entries
-                .iter()
-                .any(|entry| entry.slot.definition().same_as(&definition) && entry.slot.is_live());
-            if running {
-                continue;
-            }
-            let named = &slots[1..=self.settings.max_generators.min(MAX_GENERATORS - 1)];
-            // A slot dropped in this very poll is not revived: the definitions were read before
-            // a backend's drop may have committed.
-            let reusable = |slot: &&GeneratorSlot| {
-                let index = self
-                    .slots
-                    .iter()
-                    .position(|candidate| std::ptr::eq(candidate, *slot))
-                    .unwrap_or(0);
-                slot.phase() != Phase::Free
-                    && slot.definition().same_as(&definition)
-                    && !dropped_now.contains(&index)
-            };
-            let slot = named
-                .iter()
-                .find(|slot| slot.is_live() && slot.definition().same_as(&definition))
-                .or_else(|| named.iter().find(reusable))
-                .or_else(|| named.iter().find(|slot| slot.phase() == Phase::Free));
-            let Some(slot) = slot else {
-                self.note(format!(
-                    "cosid: no room for generator \"{}\": all {} places of cosid.max_generators are taken (a dropped generator keeps its place until the server restarts, unless it is created again as it was)",
-                    definition.name(),
-                    self.settings.max_generators
-                ));
-                continue;
-            };
-            let taking_over = slot.is_live();
-            if !taking_over {
-                // A fresh status for a new life; the generator stays closed until it has a
-                // machine id.
-                slot.lease.set_held(None);
-                slot.lease.last_error.store("");
-                slot.lease.set_problem(LeaseProblem::None);
-                slot.lease.set_state(LeaseState::Claiming);
-                match slot.phase() {
-                    Phase::Free => slot.publish(definition),
-                    _ => slot.revive(),
+        let slots = self.slots;
+        let named = &slots[1..=self.settings.max_generators.min(MAX_GENERATORS - 1)];
+        let views: Vec<SlotView<'_, Definition>> = named
+            .iter()
+            .map(|slot| {
+                let phase = slot.phase();
+                SlotView {
+                    phase: match phase {
+                        Phase::Free => registry::Phase::Free,
+                        Phase::Live => registry::Phase::Live,
+                        Phase::Dropped => registry::Phase::Dropped,
+                    },
+                    definition: (phase != Phase::Free).then(|| slot.definition()),
+                    running: self.entry_of(slot).is_some(),
                 }
+            })
+            .collect();
+        for step in registry::plan(&views, &definitions) {
+            match step {
+                Step::Drop(index) => {
+                    named[index].drop_generator();
+                }
+                Step::Retire(index) => {
+                    let slot = &named[index];
+                    let mut entry = match self.entry_of(slot) {
+                        Some(position) => self.entries.remove(position),
+                        None => self.runner_for(slot),
+                    };
+                    entry.retire();
+                }
+                Step::TakeOver { slot, .. } => {
+                    let entry = self.runner_for(&named[slot]);
+                    self.entries.push(entry);
+                }
+                Step::Revive { slot, .. } => {
+                    let slot = &named[slot];
+                    fresh_status(slot);
+                    slot.revive();
+                    let entry = self.runner_for(slot);
+                    self.entries.push(entry);
+                }
+                Step::Publish { slot, definition } => {
+                    let slot = &named[slot];
+                    fresh_status(slot);
+                    slot.publish(definitions[definition]);
+                    let entry = self.runner_for(slot);
+                    self.entries.push(entry);
+                }
+                Step::NoRoom(definition) => self.note(format!(
+                    "cosid: no room for generator \"{}\": all {} places of cosid.max_generators are taken (a dropped generator keeps its place until the server restarts, unless it is created again as it was)",
+                    definitions[definition].name(),
+                    self.settings.max_generators
+                )),
             }
-            let entry = self.runner_for(slot);
-            self.entries.push(entry);
         }
+        shmem::set_creations_published(creations);
         shmem::set_definitions_loaded();
+    }
+
+    fn entry_of(&self, slot: &GeneratorSlot) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|entry| std::ptr::eq(entry.slot, slot))
     }
 
     fn definition(&self, name: &str, namespace: &str, layout: Layout) -> Definition {
@@ -322,6 +301,23 @@ impl<'a> NamedGenerators<'a> {
             }
         };
         Entry { slot, runner }
+    }
+}
+
+/// A fresh status for a new life; the generator stays closed until it has a machine id.
+fn fresh_status(slot: &GeneratorSlot) {
+    slot.lease.set_held(None);
+    slot.lease.last_error.store("");
+    slot.lease.set_problem(LeaseProblem::None);
+    slot.lease.set_state(LeaseState::Claiming);
+}
+
+impl registry::Definition for Definition {
+    fn name(&self) -> &str {
+        Definition::name(self)
+    }
+    fn same_as(&self, other: &Self) -> bool {
+        Definition::same_as(self, other)
     }
 }
 
@@ -428,7 +424,7 @@ impl Fixed<'_> {
 
 /// The rows of `cosid.generator`; none when the extension is not installed in this database.
 fn read_definitions() -> Result<Vec<Row>, String> {
-    let raw = store::local::in_transaction(Duration::from_secs(5), |client| {
+    let raw = store::local::in_transaction(READ_TIMEOUT, |client| {
         let installed = client
             .select(
                 "SELECT pg_catalog.to_regclass('cosid.generator') IS NOT NULL",
