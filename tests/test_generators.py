@@ -18,7 +18,7 @@ import unittest
 from clients import LoopingClients, duplicates, sessions_not_increasing
 from pgcluster import Cluster, SqlError, free_port, parse_error
 from test_hostile import query_as
-from test_lease import FAST_LEASES, wait_for
+from test_lease import DEADLINE_S, FAST_LEASES, wait_for
 
 EPOCH_MS = 1_577_203_200_000
 # CosId's layouts: timestamp bits, machine bits, sequence bits, and the time unit in ms.
@@ -112,12 +112,17 @@ class Psql:
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
 
-    def run(self, sql, timeout=30):
-        """The lines the statement printed; raises SqlError when it failed."""
+    def send(self, sql):
+        """Sends a statement without waiting for its answer; returns what answer() takes."""
         self.count += 1
         marker = f"-- answered {self.count} --"
         self.process.stdin.write(f"{sql};\n\\echo '{marker}'\n")
         self.process.stdin.flush()
+        return sql, marker
+
+    def answer(self, sent, timeout=30):
+        """The lines the statement sent printed; raises SqlError when it failed."""
+        sql, marker = sent
         deadline = time.monotonic() + timeout
         lines = []
         while True:
@@ -130,6 +135,9 @@ class Psql:
         if any(line.startswith(("ERROR:", "FATAL:")) for line in lines):
             raise parse_error("\n".join(lines))
         return lines
+
+    def run(self, sql, timeout=30):
+        return self.answer(self.send(sql), timeout)
 
     def close(self):
         if self.process.poll() is None:
@@ -310,30 +318,42 @@ class Generators(unittest.TestCase):
 
     def test_a_new_generator_is_known_as_soon_as_its_creation_commits(self):
         # Until the worker has published it and holds its lease, a new generator is refused
-        # with 55000 (retry in a moment), in this session and in others; never with 42704,
-        # which would tell the caller it was never created.
+        # with 55000 (retry in a moment), in the creating session and in others; never with
+        # 42704, which would tell the caller it was never created.
         cluster = self.cluster("gen-new", 25806)
-        session = Psql(cluster)
-        self.addCleanup(session.close)
-        session.run("SELECT cosid_create_generator('fresh')")
-        committed_at = time.monotonic()
+        wait_generators_up(cluster, ["default"])
+        creator, locker = Psql(cluster), Psql(cluster)
+        self.addCleanup(locker.close)
+        self.addCleanup(creator.close)
+        creator.run("BEGIN")
+        creator.run("SELECT cosid_create_generator('fresh')")
+        # A lock queued behind the creation's is granted at its COMMIT, and then keeps the worker
+        # from reading the definitions.
+        locked = locker.send("BEGIN; LOCK TABLE cosid.generator IN ACCESS EXCLUSIVE MODE")
+        wait_for(lambda: cluster.query(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted "
+            "AND relation = 'cosid.generator'::regclass") != "0", 10, "the lock to queue")
+        creator.run("COMMIT")
+        locker.answer(locked)
+        locked_at = time.monotonic()
         refusals = []
 
-        def usable(call):
+        def refusal(call):
             try:
-                return call()
-            except SqlError as error:
-                refusals.append((error.sqlstate, error.message))
+                call()
                 return None
+            except SqlError as error:
+                return error.sqlstate
 
-        other = next_id(cluster, "fresh")
-        wait_for(lambda: usable(lambda: session.run("SELECT cosid_next('fresh')")), 10,
-                 "'fresh' to generate")
-        elapsed = time.monotonic() - committed_at
-        if other[1] is not None:
-            refusals.append((other[1].sqlstate, other[1].message))
-        self.assertEqual([r for r in refusals if r[0] != "55000"], [])
-        print(f"\n  usable {elapsed:.2f} s after the commit, {len(refusals)} refusals", end=" ")
+        # Longer than the deadline of a lease: the other generators keep their leases meanwhile.
+        while time.monotonic() - locked_at < DEADLINE_S + 1:
+            refusals.append(refusal(lambda: creator.run("SELECT cosid_next('fresh')")))
+            refusals.append(refusal(lambda: cluster.query("SELECT cosid_next('fresh')")))
+            self.assertIsNotNone(next_id(cluster)[0], "the default generator stopped")
+        self.assertEqual(set(refusals), {"55000"})
+        locker.run("COMMIT")
+        wait_for(lambda: next_id(cluster, "fresh")[0], 10, "'fresh' to generate")
+        creator.run("SELECT cosid_next('fresh')")
 
     def test_definitions_seen_from_a_second_database_and_errors(self):
         cluster = self.cluster("gen-app2", 25803)
