@@ -1,7 +1,10 @@
 """cosid's benchmark: cosid_next() against nextval() and gen_random_uuid(), side by side in one
 run, on a dedicated cluster with PostgreSQL's default durability settings.
 
-    make bench                     (or: python3 bench/bench.py [--rounds N])
+    make bench                     (or: python3 bench/bench.py [--rounds N] [--costs-only])
+
+Part 4 also compares cosid_next('bench'), a named generator of the same layout, with
+cosid_next(): the cost of finding a generator by name.
 
 Prints median timings of several rounds, the ratios, and the layout's ceiling of 4,096 ids per
 millisecond per machine id.
@@ -43,7 +46,7 @@ TABLES = {
 
 def wait_leased(cluster):
     for _ in range(100):
-        if cluster.query("SELECT state FROM cosid.status") == "UP":
+        if cluster.query("SELECT state FROM cosid.status WHERE name = 'default'") == "UP":
             return
         time.sleep(0.1)
     raise RuntimeError(f"{cluster.name} leased no machine id:\n{cluster.log()[-2000:]}")
@@ -118,7 +121,15 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--insert-rounds", type=int, default=3)
+    parser.add_argument("--costs-only", action="store_true",
+                        help="only part 4, the cost of one call (default and named generator)")
     args = parser.parse_args()
+    if not args.costs_only:
+        throughput(args)
+    call_costs(args)
+
+
+def throughput(args):
 
     # The product's default: a machine id leased by the background worker.
     cluster = Cluster("bench", free_port(25190), {}, durable=True).init()
@@ -163,6 +174,8 @@ def main():
     finally:
         cluster.stop()
 
+
+def call_costs(args):
     # The ceiling hides what a call costs. A layout with 22 sequence bits (4,194,304 ids per
     # millisecond) and an epoch of today shows the cost of cosid_next() itself, with a leased
     # machine id (a deadline and a watermark checked on every call) and with a manual one.

@@ -26,7 +26,7 @@ use cosid_core::generator::GeneratorConfig;
 use cosid_core::layout::{Layout, TimeUnit};
 use cosid_core::lease::session::{LogLevel, Session, Slot};
 use cosid_core::lease::{LeaseProblem, LeaseState, LeaseTiming};
-use cosid_core::protocol::{Holder, LeaseStore};
+use cosid_core::protocol::{layout_text, Holder, LeaseStore};
 use cosid_core::registry::{self, SlotView, Step};
 use pgrx::bgworkers::{BackgroundWorker, BgWorkerStartTime};
 use pgrx::pg_sys;
@@ -170,7 +170,14 @@ impl<'a> NamedGenerators<'a> {
         // Read before the definitions: every creation counted here is in what is read.
         let creations = shmem::creations_committed();
         let rows = match read_definitions() {
-            Ok(rows) => rows,
+            Ok((rows, skipped)) => {
+                if let Some(name) = skipped.first() {
+                    self.note(format!(
+                        "cosid: generator \"{name}\" is not used: its layout is not the one cosid.generator_namespace records for its namespace (ids of two layouts can coincide); drop it and create it under a new namespace"
+                    ));
+                }
+                rows
+            }
             Err(why) => {
                 self.note(format!(
                     "cosid: cannot read the generators' definitions (cosid.generator) in database \"{}\": {why}",
@@ -422,8 +429,9 @@ impl Fixed<'_> {
     }
 }
 
-/// The rows of `cosid.generator`; none when the extension is not installed in this database.
-fn read_definitions() -> Result<Vec<Row>, String> {
+/// The rows of `cosid.generator` (none when the extension is not installed in this database),
+/// and the names of those not used because their layout is not their namespace's.
+fn read_definitions() -> Result<(Vec<Row>, Vec<String>), String> {
     let raw = store::local::in_transaction(READ_TIMEOUT, |client| {
         let installed = client
             .select(
@@ -441,8 +449,10 @@ fn read_definitions() -> Result<Vec<Row>, String> {
         }
         let table = client
             .select(
-                "SELECT name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, \
-                 sequence_bits FROM cosid.generator ORDER BY created_at, name",
+                "SELECT g.name, g.namespace, g.epoch_ms, g.time_unit, g.timestamp_bits, \
+                 g.machine_bits, g.sequence_bits, n.layout \
+                 FROM cosid.generator g LEFT JOIN cosid.generator_namespace n \
+                 ON n.namespace OPERATOR(pg_catalog.=) g.namespace ORDER BY g.created_at, g.name",
                 None,
                 &[],
             )
@@ -471,12 +481,16 @@ fn read_definitions() -> Result<Vec<Row>, String> {
                 int(5)?,
                 int(6)?,
                 int(7)?,
+                text(8)?,
             ));
         }
         Ok(rows)
     })?;
     let mut rows = Vec::new();
-    for (name, namespace, epoch_ms, unit, timestamp_bits, machine_bits, sequence_bits) in raw {
+    let mut skipped = Vec::new();
+    for (name, namespace, epoch_ms, unit, timestamp_bits, machine_bits, sequence_bits, recorded) in
+        raw
+    {
         // The table's checks keep such rows out; one edited past them is skipped.
         let time_unit = match unit.as_str() {
             "millisecond" => TimeUnit::Millisecond,
@@ -503,13 +517,20 @@ fn read_definitions() -> Result<Vec<Row>, String> {
         if name.is_empty() || name == shmem::DEFAULT_NAME || namespace.is_empty() {
             continue;
         }
+        // A namespace keeps the layout it was first used with: ids of two layouts can
+        // coincide. cosid_create_generator records and checks it; a row written past it, or
+        // changed since, is not used.
+        if recorded != layout_text(&layout) {
+            skipped.push(name);
+            continue;
+        }
         rows.push(Row {
             name,
             namespace,
             layout,
         });
     }
-    Ok(rows)
+    Ok((rows, skipped))
 }
 
 /// Registers the generators worker, for a fixed machine id; only while preloading.
