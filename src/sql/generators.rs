@@ -199,7 +199,7 @@ fn cosid_create_generator(
             }
         }
         let defined = client
-            .select("SELECT count(*) FROM cosid.generator", None, &[])
+            .select("SELECT pg_catalog.count(*) FROM cosid.generator", None, &[])
             .or_raise_spi()
             .first()
             .get::<i64>(1)
@@ -227,7 +227,7 @@ fn cosid_create_generator(
             .or_raise_spi();
     });
     // At commit the worker reads the definitions at once: usable within milliseconds.
-    register_xact_callback(PgXactCallbackEvent::Commit, shmem::generator_created);
+    on_commit_of_this_change(shmem::generator_created);
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
@@ -258,7 +258,7 @@ fn cosid_drop_generator(name: Option<TextArg>) {
     }
     // At commit the generator stops at once, in every database; the worker then releases its
     // machine id with the exact last timestamp issued.
-    register_xact_callback(PgXactCallbackEvent::Commit, move || {
+    on_commit_of_this_change(move || {
         if let Ok(Some(slot)) = shmem::live_generator(name.as_bytes()) {
             slot.drop_generator();
         }
@@ -334,6 +334,26 @@ fn cosid_from_radix62_named(radix62: TextArg, generator: GeneratorName) -> i64 {
     let id = super::cosid_from_radix62(radix62);
     decompose_or_raise(&layout, id);
     id
+}
+
+/// Runs `action` once the change just written is committed, and never if it is not. The commit
+/// callback fires at the top-level commit, also after a `ROLLBACK TO SAVEPOINT` that undid the
+/// change, and, for a prepared transaction, at a later commit of the session: so it asks the
+/// commit log whether the (sub)transaction that wrote the change committed. A change still
+/// prepared is seen by the worker's next read once `COMMIT PREPARED` ran.
+fn on_commit_of_this_change(
+    action: impl FnOnce() + std::panic::UnwindSafe + std::panic::RefUnwindSafe + 'static,
+) {
+    // SAFETY: the change was just written in this (sub)transaction, which therefore has a
+    // transaction id; asking for it assigns none anew.
+    let writer = unsafe { pg_sys::GetCurrentTransactionId() };
+    register_xact_callback(PgXactCallbackEvent::Commit, move || {
+        // SAFETY: TransactionIdDidCommit reads the commit log for a transaction id of this
+        // server; the callback runs after the top-level commit was recorded.
+        if unsafe { pg_sys::TransactionIdDidCommit(writer) } {
+            action();
+        }
+    });
 }
 
 /// The live generator of that name, or the error that says why there is none.
@@ -425,7 +445,7 @@ fn in_definitions_database() -> &'static crate::settings::ServerSettings {
             Ok(_) => CosidError::prerequisite("cosid has no server settings").raise(),
         }
     };
-    let current = Spi::get_one::<String>("SELECT pg_catalog.current_database()::text")
+    let current = Spi::get_one::<String>("SELECT pg_catalog.current_database()::pg_catalog.text")
         .ok()
         .flatten()
         .unwrap_or_default();

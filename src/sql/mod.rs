@@ -520,7 +520,13 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         return state_file_error(slot);
     }
     if slot.distributor() != cosid_core::distributor::DistributorKind::Lease {
-        return CosidError::prerequisite(message).detail("The generator is stopped.");
+        let why = slot.lease.last_error.load();
+        let detail = if why.is_empty() {
+            "The generator is stopped.".to_string()
+        } else {
+            format!("The generator is stopped: {why}.")
+        };
+        return CosidError::prerequisite(message).detail(detail);
     }
     let lease = &slot.lease;
     let local_store = matches!(

@@ -103,11 +103,15 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         if shutdown_requested() {
             break;
         }
-        // The default generator first: its renewal must not wait behind the others' calls.
-        if boottime_ms() >= session.next_wake_ms() {
-            session.step();
-        }
-        named.step();
+        // The default generator first, and again between the named ones: its renewal must not
+        // wait behind all their calls.
+        let mut default_step = || {
+            if boottime_ms() >= session.next_wake_ms() {
+                session.step();
+            }
+        };
+        default_step();
+        named.step(&mut default_step);
         let wait = session
             .next_wake_ms()
             .min(named.next_wake_ms())

@@ -46,6 +46,9 @@ const READ_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub type SharedStore = Rc<RefCell<Box<dyn LeaseStore>>>;
 
+/// A definition not used, and why.
+type Skipped = (String, &'static str);
+
 /// A definition as read from `cosid.generator`.
 struct Row {
     name: String,
@@ -118,13 +121,16 @@ impl<'a> NamedGenerators<'a> {
         }
     }
 
-    /// Reads the definitions when due, then lets each generator do what is due.
-    pub fn step(&mut self) {
+    /// Reads the definitions when due, then lets each generator do what is due. `between` runs
+    /// before each of them: the default generator's session, whose renewal must not wait behind
+    /// all the others' calls.
+    pub fn step(&mut self, between: &mut dyn FnMut()) {
         if shmem::take_definitions_changed() || boottime_ms() >= self.next_poll_ms {
             self.next_poll_ms = boottime_ms() + POLL_MS;
             self.poll();
         }
         for entry in &mut self.entries {
+            between();
             match &mut entry.runner {
                 Runner::Leased(session) => {
                     if boottime_ms() >= session.next_wake_ms() {
@@ -169,11 +175,11 @@ impl<'a> NamedGenerators<'a> {
     fn poll(&mut self) {
         // Read before the definitions: every creation counted here is in what is read.
         let creations = shmem::creations_committed();
-        let rows = match read_definitions() {
+        let rows = match read_definitions(&self.settings.namespace) {
             Ok((rows, skipped)) => {
-                if let Some(name) = skipped.first() {
+                if let Some((name, why)) = skipped.first() {
                     self.note(format!(
-                        "cosid: generator \"{name}\" is not used: its layout is not the one cosid.generator_namespace records for its namespace (ids of two layouts can coincide); drop it and create it under a new namespace"
+                        "cosid: generator \"{name}\" is not used: {why}; drop it and create it under a new namespace"
                     ));
                 }
                 rows
@@ -431,11 +437,24 @@ impl Fixed<'_> {
 
 /// The rows of `cosid.generator` (none when the extension is not installed in this database),
 /// and the names of those not used because their layout is not their namespace's.
-fn read_definitions() -> Result<(Vec<Row>, Vec<String>), String> {
+fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>), String> {
     let raw = store::local::in_transaction(READ_TIMEOUT, |client| {
+        // Only the extension's own tables: in a database without the extension, a role that
+        // may create schemas could otherwise plant a "cosid.generator" that this superuser
+        // session would read (a view running the planter's code).
         let installed = client
             .select(
-                "SELECT pg_catalog.to_regclass('cosid.generator') IS NOT NULL",
+                "SELECT pg_catalog.count(*) = 2 FROM pg_catalog.pg_depend d \
+                 JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid \
+                 JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid \
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+                 WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+                 AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
+                 AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+                 AND e.extname OPERATOR(pg_catalog.=) 'cosid' \
+                 AND c.relkind OPERATOR(pg_catalog.=) 'r' \
+                 AND n.nspname OPERATOR(pg_catalog.=) 'cosid' \
+                 AND c.relname OPERATOR(pg_catalog.=) ANY (ARRAY['generator', 'generator_namespace'])",
                 None,
                 &[],
             )
@@ -517,11 +536,23 @@ fn read_definitions() -> Result<(Vec<Row>, Vec<String>), String> {
         if name.is_empty() || name == shmem::DEFAULT_NAME || namespace.is_empty() {
             continue;
         }
+        // The default generator's namespace may have changed since the generator was created:
+        // two generators in one namespace would share a fixed machine id.
+        if namespace == default_namespace {
+            skipped.push((
+                name,
+                "its namespace is the default generator's (cosid.namespace)",
+            ));
+            continue;
+        }
         // A namespace keeps the layout it was first used with: ids of two layouts can
         // coincide. cosid_create_generator records and checks it; a row written past it, or
         // changed since, is not used.
         if recorded != layout_text(&layout) {
-            skipped.push(name);
+            skipped.push((
+                name,
+                "its layout is not the one cosid.generator_namespace records for its namespace (ids of two layouts can coincide)",
+            ));
             continue;
         }
         rows.push(Row {
@@ -588,7 +619,7 @@ pub extern "C-unwind" fn cosid_generators_worker_main(_arg: pg_sys::Datum) {
         if shutdown_requested() {
             break;
         }
-        named.step();
+        named.step(&mut || {});
         let wait = named
             .next_wake_ms()
             .saturating_sub(boottime_ms())
