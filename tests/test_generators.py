@@ -266,11 +266,17 @@ class Generators(unittest.TestCase):
             return int(last_id), int(last_ms)
 
         first_id, _ = last_of_batch()
-        # A drop rolled back changes nothing.
+        # A drop rolled back changes nothing, nor does one in a subtransaction rolled back.
         dropper.run("BEGIN")
         dropper.run("SELECT cosid_drop_generator('w')")
         dropper.run("ROLLBACK")
+        dropper.run("BEGIN")
+        dropper.run("SAVEPOINT before_drop")
+        dropper.run("SELECT cosid_drop_generator('w')")
+        dropper.run("ROLLBACK TO SAVEPOINT before_drop")
+        dropper.run("COMMIT")
         self.assertGreater(last_of_batch()[0], first_id)
+        self.assertIsNotNone(next_id(cluster, "w")[0])
         # A drop takes effect at COMMIT: until then 'w' generates, right after it nothing does,
         # not even a backend that used it before.
         dropper.run("BEGIN")
