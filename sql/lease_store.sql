@@ -1,4 +1,4 @@
--- cosid's lease store, version 0.2.0: the table of machine-id leases and the protocol that
+-- cosid's lease store, version 0.3.0: the table of machine-id leases and the protocol that
 -- claims, renews and releases them. Every holder calls these functions, so the rules live here
 -- once. CREATE EXTENSION cosid installs it; for a shared store of a fleet, run it with
 --   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store.sql
@@ -62,7 +62,7 @@ BEGIN
         PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
         PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
         RAISE WARNING 'a cosid lease store (version %) is installed in this database already; nothing was changed', v_found
-            USING DETAIL = 'This file installs version 0.2.0 into a database that has none. The rest of this session is read-only.',
+            USING DETAIL = 'This file installs version 0.3.0 into a database that has none. The rest of this session is read-only.',
                   HINT = pg_catalog.format('To update the store, run lease_store--%s--<next>.sql with psql -v ON_ERROR_STOP=1 --single-transaction, one version at a time.', v_found);
         PERFORM pg_catalog.set_config('search_path', v_path, true);
         RETURN;
@@ -189,8 +189,9 @@ CREATE TRIGGER machine_lease_no_truncate BEFORE TRUNCATE ON cosid.machine_lease
 -- 'own', 'released', 'new' or 'expired' with the machine id and the watermark the claimer must
 -- wait for; 'busy' when this instance's own lease is still live under another claim (after a
 -- crash, or because another process uses the same instance id): it may be taken only once it
--- has expired, at expires_at_ms; 'exhausted', 'layout' (a live lease of the namespace uses
--- another id layout: machine bits, or epoch, time unit and widths), or 'contended' (other writers kept changing the chosen rows: try
+-- has expired, at expires_at_ms; 'exhausted', 'layout' (the namespace's rows, held or not,
+-- have another id layout: epoch, time unit and widths; or a live lease has other machine bits),
+-- or 'contended' (other writers kept changing the chosen rows: try
 -- again). Times are Unix milliseconds. Call it in a READ COMMITTED transaction, so that it sees
 -- what the claims it waited for committed.
 CREATE FUNCTION cosid.lease_claim(
@@ -237,12 +238,14 @@ BEGIN
     v_now := clock_timestamp();
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
 
-    -- Servers of one namespace must share a layout: ids of two layouts can coincide.
+    -- Servers of one namespace must share a layout: ids of two layouts can coincide. A
+    -- namespace keeps the layout of its rows for as long as they exist, held or not: a
+    -- watermark compares instants, and two layouts give the same id to different instants.
     IF EXISTS (SELECT FROM cosid.machine_lease l
                 WHERE l.namespace = p_namespace
-                  AND (l.machine_bits <> p_machine_bits
-                       OR (l.layout <> '' AND p_layout <> '' AND l.layout <> p_layout))
-                  AND l.state = 'claimed' AND (l.stable OR l.expires_at > v_now)) THEN
+                  AND ((l.layout <> '' AND p_layout <> '' AND l.layout <> p_layout)
+                       OR (l.machine_bits <> p_machine_bits
+                           AND l.state = 'claimed' AND (l.stable OR l.expires_at > v_now)))) THEN
         RETURN QUERY SELECT 'layout'::text, NULL::integer, NULL::bigint, NULL::bigint,
                             cosid.unix_ms(v_now);
         RETURN;
@@ -517,12 +520,24 @@ $$;
 
 CREATE VIEW cosid.leases AS SELECT * FROM cosid.lease_rows();
 
+-- The id layout a namespace keeps (NULL for a namespace without rows, or only rows of 0.1.0's
+-- servers, which did not say): what a claim with another layout is refused for.
+CREATE FUNCTION cosid.lease_namespace_layout(p_namespace text)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT l.layout FROM cosid.machine_lease l
+ WHERE l.namespace = p_namespace AND l.layout <> ''
+ ORDER BY l.renewed_at DESC LIMIT 1
+$$;
+
 -- Which version of this file the store is: the update scripts check it.
 CREATE FUNCTION cosid.lease_store_version()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.2.0'::text $$;
+AS $$ SELECT '0.3.0'::text $$;
 
 -- Everything belongs to the NOLOGIN owner; holders (members of cosid_lease_holder) may only
 -- call the protocol; the view and cosid.lease_retire() are for superusers.
@@ -539,6 +554,7 @@ ALTER FUNCTION cosid.lease_retire(text, integer) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_rows() OWNER TO cosid_lease_owner;
 ALTER VIEW cosid.leases OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_store_version() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_namespace_layout(text) OWNER TO cosid_lease_owner;
 
 REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.leases FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
@@ -547,8 +563,10 @@ REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.uni
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint),
-    cosid.lease_retire(text, integer), cosid.lease_rows() FROM PUBLIC;
+    cosid.lease_retire(text, integer), cosid.lease_rows(),
+    cosid.lease_namespace_layout(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
+    cosid.lease_namespace_layout(text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),

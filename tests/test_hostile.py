@@ -504,6 +504,18 @@ class Hostile(unittest.TestCase):
         self.assertEqual(refused["state"], "CLAIMING")
         self.assertEqual(try_next(second)[1], "55000")
         self.assertIsNotNone(try_next(first)[0])
+        # Once the first server has given its machine id back, nothing of the namespace is held,
+        # and still the second layout is refused: the ids issued stay in the namespace's rows.
+        first.stop()
+        self.assertEqual(store.query("SELECT state FROM cosid.machine_lease"), "released")
+        self.assertEqual(store.query("SELECT cosid.lease_namespace_layout('cosid')"),
+                         "epoch 1577203200000 ms, millisecond, 41/10/12 bits")
+        deadline = time.monotonic() + 3  # three claims of the second server
+        while time.monotonic() < deadline:
+            self.assertNotEqual(status(second)["state"], "UP")
+            time.sleep(0.2)
+        self.assertIn("another id layout", status(second)["last_error"])
+        self.assertEqual(store.query("SELECT count(*) FROM cosid.machine_lease"), "1")
 
     def claim(self, cluster, instance, token, watermark="0", safe_guard=4000, bits=10,
               stable="false"):
@@ -558,3 +570,76 @@ class Hostile(unittest.TestCase):
         self.assertEqual(holder.stdout.readline().strip(), "new")
         server.start()
         self.assertEqual(wait_up(server, timeout=10)["machine_id"], machine_id)
+
+    # -- named generators -------------------------------------------------------------------
+
+    def test_a_generators_table_planted_where_the_extension_is_not_never_runs(self):
+        # A fixed machine id: the generators worker connects to cosid.database, where the
+        # extension is not installed; its owner plants what the worker would read.
+        cluster = self.track(Cluster("hostile-generators", free_port(25530), {
+            "cosid.distributor": "manual", "cosid.machine_id": 1,
+            "cosid.database": "appdb"}).init())
+        cluster.start()
+        cluster.query("CREATE ROLE mallory LOGIN")
+        cluster.query("CREATE DATABASE appdb OWNER mallory")
+        cluster.query("CREATE EXTENSION cosid")  # in postgres, to call the functions
+        query_as(cluster, "mallory", """
+            CREATE SCHEMA cosid;
+            CREATE FUNCTION cosid.escalate() RETURNS text LANGUAGE plpgsql AS $$
+            BEGIN ALTER ROLE mallory SUPERUSER; RETURN 'x'; END $$;
+            CREATE VIEW cosid.generator AS SELECT cosid.escalate() AS name, 'x'::text AS namespace,
+                0::bigint AS epoch_ms, 'millisecond'::text AS time_unit, 41 AS timestamp_bits,
+                10 AS machine_bits, 12 AS sequence_bits, now() AS created_at;
+            CREATE TABLE cosid.generator_namespace (namespace text, layout text);""", db="appdb")
+        # The worker has read "the definitions" once a name is refused as unknown (42704),
+        # not as not yet read (55000).
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('x')")[1] == "42704", 15,
+                 "the worker's first read")
+        self.assertEqual(cluster.query("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),
+                         "f", "the planted view ran as the worker")
+        self.assertEqual(cluster.query("SELECT string_agg(name, ',') FROM cosid.status"),
+                         "default")
+
+    def test_a_drop_undone_by_a_savepoint_or_a_prepared_rollback_keeps_the_generator(self):
+        cluster = self.track(Cluster("hostile-undone-drop", free_port(25540), {
+            **FAST_LEASES, "max_prepared_transactions": 2}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid; SELECT cosid_create_generator('g')")
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('g')")[0], 15, "generator g")
+        cluster.query("BEGIN; SAVEPOINT s; SELECT cosid_drop_generator('g'); ROLLBACK TO s; "
+                      "COMMIT")
+        cluster.query("BEGIN; SELECT cosid_drop_generator('g'); PREPARE TRANSACTION 'p'")
+        cluster.query("ROLLBACK PREPARED 'p'")
+        cluster.query("BEGIN; COMMIT")  # a later commit of a session, for the callback
+        # Still live, in this session and in a new one, without a new claim.
+        machine_id = cluster.query("SELECT machine_id FROM cosid.status WHERE name = 'g'")
+        self.assertIsNotNone(try_next(cluster, "SELECT cosid_next('g')")[0])
+        self.assertEqual(cluster.query("SELECT count(*) FROM cosid.machine_lease "
+                                       "WHERE namespace = 'g' AND state = 'claimed'"), "1")
+        self.assertEqual(cluster.query("SELECT machine_id FROM cosid.status WHERE name = 'g'"),
+                         machine_id)
+        self.assertNotIn('generator "g" was dropped', cluster.log())
+        # A drop that commits stops it.
+        cluster.query("SELECT cosid_drop_generator('g')")
+        self.assertEqual(try_next(cluster, "SELECT cosid_next('g')")[1], "42704")
+
+    def test_a_generator_in_the_default_namespace_is_not_used(self):
+        # With a fixed machine id, two generators of one namespace would share it: a named
+        # generator whose namespace became the default generator's (cosid.namespace changed
+        # after it was created) is left unused, with a warning.
+        cluster = self.track(Cluster("hostile-default-namespace", free_port(25550), {
+            "cosid.distributor": "manual", "cosid.machine_id": 5}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid; SELECT cosid_create_generator('orders')")
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('orders')")[0], 15,
+                 "generator orders")
+        cluster.settings["cosid.namespace"] = "'orders'"
+        cluster.write_settings()
+        cluster.restart()
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('orders')")[1] == "42704", 15,
+                 "the worker's first read")
+        self.assertIn('generator "orders" is not used: its namespace is the default '
+                      "generator's", cluster.log())
+        self.assertEqual(cluster.query("SELECT string_agg(name, ',') FROM cosid.status"),
+                         "default")
+        self.assertIsNotNone(try_next(cluster)[0])

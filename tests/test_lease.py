@@ -57,10 +57,10 @@ def wait_up(cluster, timeout=15):
                     f"{cluster.name} to lease a machine id:\n{cluster.log()[-2000:]}")
 
 
-def try_next(cluster):
+def try_next(cluster, sql="SELECT cosid_next()"):
     """(id, None) or (None, sqlstate)."""
     try:
-        return int(cluster.query("SELECT cosid_next()")), None
+        return int(cluster.query(sql)), None
     except SqlError as error:
         return None, error.sqlstate
 

@@ -32,10 +32,11 @@ PREVIOUS = "0.1.0"
 PREVIOUS_COMMIT = "833aec748fee26fdb45bc9fc0eb134f14a66a76c"
 CURRENT = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines()
                if line.startswith("version = "))
-# The lease store's version: it did not change in 0.3.0, whose update script from 0.2.0 has no
-# store part.
-STORE_VERSION = "0.2.0"
 SQL = ROOT / "sql"
+# The lease store's versions and update scripts, oldest first: a store is updated one version
+# at a time.
+STORE_VERSION = "0.3.0"
+STORE_UPDATES = [SQL / "lease_store--0.1.0--0.2.0.sql", SQL / "lease_store--0.2.0--0.3.0.sql"]
 PG_MAJOR = subprocess.check_output([PG_CONFIG, "--version"], text=True).split()[1].split(".")[0]
 
 # Everything cosid's SQL defines, one sorted line per fact, so that two databases compare
@@ -104,6 +105,21 @@ SELECT line FROM (
               FROM pg_type t WHERE t.typnamespace IN (SELECT oid FROM ns)
 ) facts ORDER BY line
 """
+
+
+def update_store(cluster, db="postgres"):
+    """Updates a lease store of 0.1.0 to this version, one script at a time, as the README says;
+    the scripts' output."""
+    return "".join(update_store_from(cluster, script, db) for script in STORE_UPDATES)
+
+
+def update_store_from(cluster, script, db="postgres"):
+    result = subprocess.run(
+        cluster.psql_command(db, "-v", "ON_ERROR_STOP=1", "--single-transaction",
+                             "-f", str(script)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert result.returncode == 0, result.stdout
+    return result.stdout
 
 
 def catalog(cluster, db):
@@ -213,11 +229,12 @@ class Upgrade(unittest.TestCase):
         self.assertEqual(machine_of(cosid_next), 3)
 
     def test_the_update_script_carries_the_store_update_word_for_word(self):
-        store = (SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql").read_text()
-        extension = (SQL / f"cosid--{PREVIOUS}--{STORE_VERSION}.sql").read_text()
-        start = extension.index(store.split("\n", 1)[0])
-        end = extension.index("-- </lease store>")
-        self.assertEqual(extension[start:end], store)
+        for update in STORE_UPDATES:
+            store = update.read_text()
+            extension = (SQL / update.name.replace("lease_store--", "cosid--")).read_text()
+            start = extension.index(store.split("\n", 1)[0])
+            end = extension.index("-- </lease store>")
+            self.assertEqual(extension[start:end], store, update.name)
 
     def test_server_generating_on_the_previous_version_is_updated(self):
         # One machine id only: the restarted server must take the same one back, after the
@@ -315,13 +332,8 @@ class Upgrade(unittest.TestCase):
             load.__enter__()
         try:
             wait_for(lambda: all(load.ids_so_far() > 5_000 for load in loads), 60, "ids")
-            result = subprocess.run(
-                store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                                   "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            self.assertEqual(result.returncode, 0, result.stdout)
-            self.assertIn(f"role {FLEET_ROLE} is now a member of cosid_lease_holder",
-                          result.stdout)
+            output = update_store(store)
+            self.assertIn(f"role {FLEET_ROLE} is now a member of cosid_lease_holder", output)
             self.assertEqual(store.query("SELECT cosid.lease_store_version()"), STORE_VERSION)
             # The servers of 0.1.0 keep renewing through the updated store.
             renewed = renewals()
@@ -366,11 +378,7 @@ class Upgrade(unittest.TestCase):
                            "the worker to refuse the store of 0.1.0")
         self.assertNotEqual(waiting["state"], "UP")
         self.assertEqual(store.query("SELECT count(*) FROM cosid.machine_lease"), "0")
-        result = subprocess.run(
-            store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.assertEqual(result.returncode, 0, result.stdout)
+        update_store(store)
         machine_id = int(wait_up(server, timeout=30)["machine_id"])
         self.assertEqual(machine_of(int(server.query("SELECT cosid_next()"))), machine_id)
 
@@ -391,7 +399,7 @@ class Upgrade(unittest.TestCase):
             f"SELECT cosid.lease_release('n', {released[1]}, 'b', 'tb', {now_ms - 1_000})"), "t")
         result = subprocess.run(
             store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                               "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
+                               "-f", str(SQL / "lease_store--0.1.0--0.2.0.sql")),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.assertEqual(result.returncode, 0, result.stdout)
         rows = {int(m): (state, int(floor), released_ms) for m, state, floor, released_ms in store.rows(
@@ -464,21 +472,48 @@ class Upgrade(unittest.TestCase):
                                             str(SQL / f"lease_store--{PREVIOUS}.sql")), check=True)
         cluster.query("GRANT USAGE ON SCHEMA cosid TO fleet; "
                       "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cosid TO fleet", "victim_store")
-        result = subprocess.run(
-            cluster.psql_command("victim_store", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                                 "-f", str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.assertEqual(result.returncode, 0, result.stdout)
+        update_store(cluster, "victim_store")
         cluster.query("CREATE DATABASE victim_new OWNER mallory TEMPLATE victim_store")
         cluster.query("DROP SCHEMA cosid CASCADE", "victim_new")
         cluster.query("CREATE EXTENSION cosid", "victim_new")
         self.assertEqual(cluster.query("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),
                          "f", "a planted operator ran as the superuser")
 
+    def test_store_of_0_2_0_updated_keeps_a_namespace_layout_for_good(self):
+        # 0.2.0 compared layouts with live leases only: once a namespace's leases had ended, a
+        # server of another layout took a machine id, and its ids could equal those issued
+        # before. From 0.3.0 a namespace keeps the layout of its rows, held or not.
+        store = self.track(start_store("upgrade-layout", 25740,
+                                       lease_sql=SQL / "lease_store--0.2.0.sql"))
+        fresh = self.track(start_store("upgrade-layout-fresh", 25745))
+        now_ms = int(store.query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"))
+        a = "epoch 1577203200000 ms, millisecond, 41/10/12 bits"
+        b = "epoch 1577203210000 ms, millisecond, 41/10/12 bits"
+
+        def claim(instance, layout):
+            return store.rows(
+                "SELECT outcome, machine_id FROM cosid.lease_claim("
+                f"'n', 10, '{instance}', false, 60000, 't{instance}', {now_ms}, '{layout}')")[0]
+
+        outcome, machine_id = claim("first", a)
+        self.assertEqual(outcome, "new")
+        self.assertEqual(store.query(
+            f"SELECT cosid.lease_release('n', {machine_id}, 'first', 'tfirst', {now_ms})"), "t")
+        before = catalog(store, "postgres")
+        update_store_from(store, STORE_UPDATES[1])
+        self.assertNotEqual(catalog(store, "postgres"), before, "the test compares nothing")
+        self.assertEqual(catalog(store, "postgres"), catalog(fresh, "postgres"))
+        self.assertEqual(store.query("SELECT cosid.lease_store_version()"), STORE_VERSION)
+        self.assertEqual(store.query("SELECT cosid.lease_namespace_layout('n')"), a)
+        # Nothing is held in the namespace, and still another layout is refused...
+        self.assertEqual(claim("second", b), ["layout", ""])
+        # ...while the namespace's own layout takes the released machine id.
+        self.assertIn(claim("third", a)[0], ("new", "released"))
+
     def test_store_update_refuses_what_it_cannot_update_safely(self):
         store = self.track(start_store("upgrade-refusals", 25680,
                                        lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
-        script = str(SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql")
+        script = str(SQL / "lease_store--0.1.0--0.2.0.sql")
         before = catalog(store, "postgres")
         # Outside one transaction: refused before anything changes.
         result = subprocess.run(store.psql_command("postgres", "-f", script),
@@ -511,10 +546,12 @@ class Upgrade(unittest.TestCase):
         store = self.track(start_store("upgrade-rerun", 25650))
         store.query("INSERT INTO cosid.lease_namespace VALUES ('kept')")
         for script, warning in [
-                (LEASE_SQL, "a cosid lease store (version 0.2.0) is installed in this database "
-                            "already; nothing was changed"),
-                (SQL / f"lease_store--{PREVIOUS}--{STORE_VERSION}.sql",
-                 "this database has no cosid lease store of version 0.1.0; nothing was changed")]:
+                (LEASE_SQL, f"a cosid lease store (version {STORE_VERSION}) is installed in this "
+                            "database already; nothing was changed"),
+                (STORE_UPDATES[0],
+                 "this database has no cosid lease store of version 0.1.0; nothing was changed"),
+                (STORE_UPDATES[1],
+                 "this database has no cosid lease store of version 0.2.0; nothing was changed")]:
             before = catalog(store, "postgres")
             # Without ON_ERROR_STOP psql goes on after errors: the statements after the check
             # must fail too.

@@ -88,7 +88,11 @@ pub struct Call {
 
 /// Which protocol the store has installed (no privilege on it needed to ask): this version's
 /// claim, and the claim of cosid 0.1.0, whose store this version's servers cannot use.
+/// This version's store has `cosid.lease_namespace_layout(text)` (0.3.0: a namespace keeps its
+/// layout for good); an older one has one of the claims of 0.1.0 and 0.2.0 only.
 const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
+    'cosid.lease_namespace_layout(text)'::pg_catalog.text) IS NOT NULL \
+    AND pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text) \
     IS NOT NULL, pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)'::pg_catalog.text) \

@@ -46,7 +46,9 @@ SELECT pg_catalog.pg_extension_config_dump('cosid.generator', '');
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator_namespace', '');
 "#,
     name = "generator_tables",
-    requires = ["lease_store"]
+    // After the lease table's own dump registration: the extension's list of dumped tables
+    // then has the order an update from 0.2.0 gives it.
+    requires = ["lease_rows_dumped"]
 );
 
 extension_sql!(

@@ -554,7 +554,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         } else {
             (
                 "cosid.machine_bits".to_string(),
-                "Raise cosid.machine_bits on every server of the namespace, or stop a server of it",
+                "Stop a server of the namespace, or move every server to a new namespace (cosid.namespace) with more cosid.machine_bits: a namespace keeps its layout",
             )
         };
         return CosidError::new(

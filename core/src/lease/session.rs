@@ -606,7 +606,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             ClaimOutcome::LayoutMismatch => (
                 LeaseProblem::LayoutMismatch,
                 format!(
-                    "namespace \"{namespace}\" has live leases with another id layout than this server's ({}): servers of one namespace must share one layout, or their ids can coincide",
+                    "namespace \"{namespace}\" was used with another id layout than this server's ({}), or has live leases with other machine bits: a namespace keeps one layout for as long as the lease table has its rows, or ids can coincide; use a new namespace (see cosid.lease_namespace_layout())",
                     holder.layout
                 ),
             ),
@@ -1205,7 +1205,7 @@ mod tests {
             (
                 refused("layout", Value::Null),
                 LeaseProblem::LayoutMismatch,
-                "namespace \"orders\" has live leases with another id layout than this server's (epoch 1577203200000 ms, millisecond, 41/3/12 bits)",
+                "namespace \"orders\" was used with another id layout than this server's (epoch 1577203200000 ms, millisecond, 41/3/12 bits)",
             ),
         ];
         for (answer, problem, text) in cases {

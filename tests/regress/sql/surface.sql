@@ -8,7 +8,7 @@ CREATE EXTENSION cosid;
 SELECT p.proname, n.nspname, p.provolatile, p.proparallel, p.proisstrict
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE p.proname LIKE 'cosid%' OR n.nspname = 'cosid'
- ORDER BY 1;
+ ORDER BY 1, 2, 3, 4, 5;
 
 -- CosId's test vector.
 SELECT * FROM cosid_decode(295913926632165376);
