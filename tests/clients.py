@@ -43,8 +43,10 @@ def run_session(cluster, client, statements):
     return session
 
 
-def copy_ids(batch):
-    return f"COPY (SELECT cosid_next() FROM generate_series(1, {batch})) TO STDOUT"
+def copy_ids(batch, generator=None):
+    """Prints `batch` ids of the default generator, or of the named one."""
+    call = f"cosid_next('{generator}')" if generator else "cosid_next()"
+    return f"COPY (SELECT {call} FROM generate_series(1, {batch})) TO STDOUT"
 
 
 def concurrent_sessions(cluster, clients, statements):
@@ -63,11 +65,12 @@ def concurrent_sessions(cluster, clients, statements):
 
 
 class LoopingClients:
-    """Clients that keep opening sessions and generating until stopped, across server crashes."""
+    """Clients that keep opening sessions and generating until stopped, across server crashes,
+    from the default generator or a named one."""
 
-    def __init__(self, cluster, clients, batch, batches_per_session):
+    def __init__(self, cluster, clients, batch, batches_per_session, generator=None):
         self.cluster = cluster
-        self.statements = [copy_ids(batch)] * batches_per_session
+        self.statements = [copy_ids(batch, generator)] * batches_per_session
         self.sessions = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()

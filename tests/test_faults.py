@@ -5,7 +5,9 @@ through every server for the whole run and record every id and every error.
 
 Oracles, over every id any server returned: no duplicates; no ownership conflict (no machine id
 used by two servers in overlapping time windows, by the ids' own timestamps); ids strictly
-increasing per connection; only the expected SQLSTATEs. Each scenario prints a table row.
+increasing per connection; only the expected SQLSTATEs. Each scenario prints a table row. One
+scenario also generates from two named generators per server, each in a namespace of its own
+with 1 machine bit, and checks the oracles for each generator apart.
 
     python3 -m unittest test_faults              the scenarios, one by one (part of make test)
     COSID_FAULT_ROUNDS=20 python3 -m unittest test_faults.Faults.test_random_mix
@@ -27,6 +29,7 @@ from fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_stor
 from pgcluster import PG_BIN, SqlError, chown_to_postgres
 from test_hostile import query_as
 from test_clock import LIBFAKETIME
+from test_generators import generators, next_id
 from test_lease import DEADLINE_S, SAFE_GUARD_S, status, wait_for, wait_up
 
 MACHINE_BITS = 1
@@ -42,18 +45,31 @@ EPOCH_MS = 1_577_203_200_000
 RESULTS = []
 
 
-def decode(value):
-    machine = (value >> SEQUENCE_BITS) & ((1 << MACHINE_BITS) - 1)
-    return machine, (value >> (SEQUENCE_BITS + MACHINE_BITS)) + EPOCH_MS
+# Named generators of the scenarios with several generators per server, each with 1 machine
+# bit in a namespace of its own: (layout, machine bits, sequence bits).
+GENERATORS = {"g_ms": ("millisecond", 1, 12), "g_js": ("safe_js", 1, 9)}
 
 
-def ownership_conflicts(sessions_by_server):
+def decode(value, machine_bits=MACHINE_BITS, sequence_bits=SEQUENCE_BITS):
+    machine = (value >> sequence_bits) & ((1 << machine_bits) - 1)
+    return machine, (value >> (sequence_bits + machine_bits)) + EPOCH_MS
+
+
+def decoder(generator):
+    """decode() for the default generator (None) or a named one of GENERATORS."""
+    if generator is None:
+        return decode
+    _, machine_bits, sequence_bits = GENERATORS[generator]
+    return lambda value: decode(value, machine_bits, sequence_bits)
+
+
+def ownership_conflicts(sessions_by_server, decode=decode):
     """Pairs of servers whose ids with one machine id overlap in time."""
     windows = defaultdict(list)
     for server, sessions in sessions_by_server.items():
         # A server can hold a machine id several times; each session is one stretch.
         for session in sessions:
-            for machine, group in _by_machine(session.ids).items():
+            for machine, group in _by_machine(session.ids, decode).items():
                 windows[machine].append((min(group), max(group), server))
     conflicts = 0
     for machine, spans in windows.items():
@@ -67,7 +83,7 @@ def ownership_conflicts(sessions_by_server):
     return conflicts
 
 
-def _by_machine(ids):
+def _by_machine(ids, decode=decode):
     groups = defaultdict(list)
     for value in ids:
         machine, ts = decode(value)
@@ -114,11 +130,31 @@ class Faults(unittest.TestCase):
     def holders(self):
         return [s for s in self.servers if status(s)["state"] == "UP"]
 
-    def run_with_load(self, name, fault, heal, during_s):
+    def create_generators(self):
+        """Creates the generators of GENERATORS on every server, each in its own
+        cosid.database, and waits until two servers hold the two machine ids of each."""
+        for server in self.servers:
+            server.query("; ".join(
+                f"SELECT cosid_create_generator('{name}', '{layout}', machine_bits => {bits})"
+                for name, (layout, bits, _) in GENERATORS.items()))
+
+        def leased():
+            states = [{name: row["state"] for name, row in generators(s).items()}
+                      for s in self.servers]
+            return all([state.get(name) for state in states].count("UP") == 2
+                       for name in GENERATORS)
+        wait_for(leased, 20, "two servers to lease each generator's machine ids")
+
+    def run_with_load(self, name, fault, heal, during_s, generators=(None,), clients=2):
         """Generates through every server, injects `fault` after a second, heals it after
-        `during_s`, generates on for a while, and checks the oracles."""
-        loads = {s.name: LoopingClients(s, clients=2, batch=500, batches_per_session=4)
-                 for s in self.servers}
+        `during_s`, generates on for a while, and checks the oracles. Generates from the
+        default generator, or from each of `generators` (None for the default one), with the
+        oracles checked for each; returns the sessions by server, or with several generators,
+        those by generator."""
+        loads = {(s.name, generator): LoopingClients(s, clients=clients, batch=500,
+                                                     batches_per_session=4,
+                                                     generator=generator)
+                 for s in self.servers for generator in generators}
         for load in loads.values():
             load.__enter__()
         try:
@@ -133,26 +169,34 @@ class Faults(unittest.TestCase):
         finally:
             for load in loads.values():
                 load.__exit__()
-        sessions = {server: load.sessions for server, load in loads.items()}
-        everything = [s for group in sessions.values() for s in group]
-        errors = Counter(s.sqlstate for s in everything if s.error)
-        dups = duplicates(everything)
-        conflicts = ownership_conflicts(sessions)
-        increasing = sessions_not_increasing(everything)
-        phases = [(0, fault_at), (fault_at, healed_at), (healed_at, float("inf"))]
-        availability = [self.availability(everything, *phase) for phase in phases]
-        recover = self.longest_silence(everything, fault_wall_ms)
-        total = sum(len(s.ids) for s in everything)
-        error_text = ", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none"
-        RESULTS.append(f"{name:<30}{total:>9}{dups:>6}{conflicts:>6}"
-                       f"{'/'.join(f'{a:.0%}' for a in availability):>16}"
-                       f"{recover:>11.1f}  {error_text}")
-        self.assertGreater(total, 0)
-        self.assertEqual(dups, 0, f"{name}: duplicate ids")
-        self.assertEqual(conflicts, 0, f"{name}: a machine id used by two servers at once")
-        self.assertEqual(increasing, [], f"{name}: ids not increasing on a connection")
-        self.assertLessEqual(set(errors), EXPECTED, f"{name}: unexpected errors {errors}")
-        return sessions
+        by_generator = {}
+        for generator in generators:
+            # Each generator's oracles apply to its own ids (those of another namespace may
+            # coincide with them).
+            sessions = {server: load.sessions for (server, of), load in loads.items()
+                        if of == generator}
+            by_generator[generator] = sessions
+            label = name if len(generators) == 1 else f"{name} [{generator or 'default'}]"
+            decode_id = decoder(generator)
+            everything = [s for group in sessions.values() for s in group]
+            errors = Counter(s.sqlstate for s in everything if s.error)
+            dups = duplicates(everything)
+            conflicts = ownership_conflicts(sessions, decode_id)
+            increasing = sessions_not_increasing(everything)
+            phases = [(0, fault_at), (fault_at, healed_at), (healed_at, float("inf"))]
+            availability = [self.availability(everything, *phase) for phase in phases]
+            recover = self.longest_silence(everything, fault_wall_ms, decode_id)
+            total = sum(len(s.ids) for s in everything)
+            error_text = ", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none"
+            RESULTS.append(f"{label:<30}{total:>9}{dups:>6}{conflicts:>6}"
+                           f"{'/'.join(f'{a:.0%}' for a in availability):>16}"
+                           f"{recover:>11.1f}  {error_text}")
+            self.assertGreater(total, 0, label)
+            self.assertEqual(dups, 0, f"{label}: duplicate ids")
+            self.assertEqual(conflicts, 0, f"{label}: a machine id used by two servers at once")
+            self.assertEqual(increasing, [], f"{label}: ids not increasing on a connection")
+            self.assertLessEqual(set(errors), EXPECTED, f"{label}: unexpected errors {errors}")
+        return by_generator[generators[0]] if len(generators) == 1 else by_generator
 
     @staticmethod
     def availability(sessions, start, end):
@@ -162,7 +206,7 @@ class Faults(unittest.TestCase):
         return sum(1 for s in started if not s.error) / len(started)
 
     @staticmethod
-    def longest_silence(sessions, since_ms):
+    def longest_silence(sessions, since_ms, decode=decode):
         """Seconds to recover: the longest time, from the fault on, in which a machine id issued
         no id at all (by whichever server held it)."""
         stamps = defaultdict(list)
@@ -326,6 +370,48 @@ class Faults(unittest.TestCase):
             query_as(restored, FLEET_ROLE, "SELECT claim_token FROM cosid.machine_lease",
                      FLEET_PASSWORD)
         self.assertEqual(refused.exception.sqlstate, "42501")
+
+    def test_store_unreachable_with_two_generators_per_server(self):
+        # Besides the default generator, two named ones per server, each leasing in its own
+        # namespace: the store out of reach for longer than the safe guard stops all three on
+        # every server by the deadline, and all three recover when it is back.
+        self.create_generators()
+        names = [None, *GENERATORS]
+        holders = {(s.name, name) for s in self.servers for name in names
+                   if generators(s)[name or "default"]["state"] == "UP"}
+        times, refusals = {}, {}
+
+        def fault():
+            times["fault_ms"] = time.time() * 1000
+            for proxy in self.proxies:
+                proxy.set_mode("blackhole")
+
+        def heal():
+            # Well past the deadline: every generator of every server refuses.
+            for server in self.servers:
+                for name in names:
+                    refusals[server.name, name] = next_id(server, name)
+            times["heal_ms"] = time.time() * 1000
+            for proxy in self.proxies:
+                proxy.set_mode("pass")
+
+        by_generator = self.run_with_load("store out of reach", fault, heal,
+                                          SAFE_GUARD_S + 2, generators=names, clients=1)
+        for (server, name), (value, error) in sorted(refusals.items(), key=str):
+            label = f"{server}, {name or 'default'}"
+            self.assertIsNone(value, f"{label}: generated with the store out of reach")
+            expected = {"55000"} if (server, name) in holders else {"55000", "53400"}
+            self.assertIn(error.sqlstate, expected, f"{label}: {error.stderr}")
+        # By the ids' own timestamps: none between the deadline and the store's return, and
+        # every generator issued again after it.
+        deadline_ms = times["fault_ms"] + DEADLINE_S * 1000 + 300
+        for name, sessions in by_generator.items():
+            stamps = [decoder(name)(value)[1] for group in sessions.values()
+                      for session in group for value in session.ids]
+            late = [ts for ts in stamps if deadline_ms < ts < times["heal_ms"]]
+            self.assertEqual(late, [], f"{name or 'default'}: ids after the deadline")
+            self.assertTrue(any(ts > times["heal_ms"] for ts in stamps),
+                            f"{name or 'default'} did not recover")
 
     def test_store_restarted(self):
         self.run_with_load("store restarted", lambda: self.store.stop(mode="immediate"),

@@ -5,12 +5,15 @@ away and coming back, TLS with certificate checks, standbys, and a clone carryin
 identity."""
 
 import subprocess
+import threading
 import time
 import unittest
+from collections import defaultdict
 
 from clients import concurrent_sessions, copy_ids, duplicates, run_session
 from fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, FLEET_ROLE, fleet_server, start_store
 from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres, free_port
+from test_generators import decode, wait_generators_up
 from test_hostile import query_as
 from test_lease import (DEADLINE_S, FAST_LEASES, machine_of, status, try_next, wait_for,
                         wait_up)
@@ -68,6 +71,58 @@ class Fleet(unittest.TestCase):
                 "SELECT datname FROM pg_stat_activity "
                 "WHERE backend_type = 'cosid lease worker'"), "postgres")
         print(f"\n  3 servers, {sum(len(s.ids) for s in sessions)} ids, 0 duplicates", end=" ")
+
+    def test_three_servers_with_two_generators_each_never_duplicate(self):
+        store = self.store()
+        servers = [self.server(f"fleet-gen-{i}", store) for i in range(3)]
+        layouts = {"orders": "millisecond", "users": "safe_js"}
+        for server in servers:
+            # The same two definitions on each server, in its own cosid.database.
+            server.query("SELECT cosid_create_generator('orders'); "
+                         "SELECT cosid_create_generator('users', 'safe_js')")
+        held = {s.name: wait_generators_up(s, ["default", *layouts]) for s in servers}
+        sessions = {}
+
+        def generate(server, name):
+            sessions[server.name, name] = concurrent_sessions(
+                server, 2, [copy_ids(20_000, name)] * 2)
+
+        # Every server generates from both generators at once.
+        threads = [threading.Thread(target=generate, args=(server, name))
+                   for server in servers for name in layouts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        after = {s.name: wait_generators_up(s, layouts) for s in servers}
+        total = 0
+        for name, layout in layouts.items():
+            everything = [s for server in servers for s in sessions[server.name, name]]
+            total += sum(len(s.ids) for s in everything)
+            self.assertEqual([s.error for s in everything if s.error], [], name)
+            self.assertEqual(duplicates(everything), 0, f"duplicate ids of '{name}'")
+            # Each server issued under the machine id its status shows, and no machine id of the
+            # namespace was used by two servers.
+            owners = defaultdict(set)
+            for server in servers:
+                for session in sessions[server.name, name]:
+                    for value in session.ids:
+                        owners[decode(value, layout)[1]].add(server.name)
+            self.assertEqual({m: names for m, names in owners.items() if len(names) > 1}, {},
+                             f"machine ids of namespace '{name}' used by two servers")
+            self.assertEqual(owners, {int(held[s.name][name]["machine_id"]): {s.name}
+                                      for s in servers})
+            # In the store: each live lease of the namespace is held by the one server whose
+            # status shows it, and has been since before the load.
+            expected = sorted((int(held[s.name][name]["machine_id"]),
+                               held[s.name][name]["instance_id"]) for s in servers)
+            self.assertEqual(sorted((int(after[s.name][name]["machine_id"]),
+                                     after[s.name][name]["instance_id"]) for s in servers),
+                             expected)
+            live = store.rows("SELECT machine_id, instance_id FROM cosid.leases "
+                              f"WHERE namespace = '{name}' AND status = 'held'")
+            self.assertEqual(sorted((int(m), instance) for m, instance in live), expected)
+        print(f"\n  3 servers, 2 generators each, {total} ids, 0 duplicates", end=" ")
 
     def test_servers_of_the_previous_version_keep_working_with_this_store(self):
         # The exact statements a cosid 0.1.0 server sends, as the store role: a store updated

@@ -1,0 +1,515 @@
+"""Named generators against real servers: several layouts and namespaces on one server, each
+named generator with a lease of its own in the same lease store; one lease lost while the others
+keep working; a dropped generator that releases its lease with the exact last timestamp, and a
+re-created one that waits for a watermark ahead of the clock; a new generator known as soon as
+its creation commits; definitions seen from a second database, and the errors; a restart, a
+backend kill -9 and a server kill -9 while every generator generates; a namespace with no
+machine id left. Lease timings as in test_lease: a 4 s safe guard and renewals every 0.5 s."""
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+from clients import LoopingClients, duplicates, sessions_not_increasing
+from pgcluster import Cluster, SqlError, free_port, parse_error
+from test_hostile import query_as
+from test_lease import DEADLINE_S, FAST_LEASES, wait_for
+
+EPOCH_MS = 1_577_203_200_000
+# CosId's layouts: timestamp bits, machine bits, sequence bits, and the time unit in ms.
+LAYOUTS = {"millisecond": (41, 10, 12, 1), "second": (31, 10, 22, 1000),
+           "safe_js": (41, 3, 9, 1), "safe_js_second": (31, 3, 19, 1000)}
+STATUS = ["name", "namespace", "instance_id", "state", "machine_id", "last_error"]
+
+
+def decode(value, layout):
+    """(Unix ms of the id's timestamp, machine id) of an id of one of CosId's layouts."""
+    _, machine_bits, sequence_bits, unit_ms = LAYOUTS[layout]
+    ticks = value >> (machine_bits + sequence_bits)
+    return ticks * unit_ms + EPOCH_MS, (value >> sequence_bits) & ((1 << machine_bits) - 1)
+
+
+def layout_text(layout):
+    """The layout as the lease store compares it (core/src/protocol.rs, layout_text)."""
+    timestamp_bits, machine_bits, sequence_bits, unit_ms = LAYOUTS[layout]
+    unit = "millisecond" if unit_ms == 1 else "second"
+    return (f"epoch {EPOCH_MS} ms, {unit}, "
+            f"{timestamp_bits}/{machine_bits}/{sequence_bits} bits")
+
+
+def generators(cluster, db="postgres"):
+    """The rows of cosid.status, by generator name."""
+    found = {}
+    for row in cluster.rows(f"SELECT {', '.join(STATUS)} FROM cosid.status", db):
+        # The last error may hold the field separator: it is the last column.
+        fields = row[:len(STATUS) - 1] + ["|".join(row[len(STATUS) - 1:])]
+        found[fields[0]] = dict(zip(STATUS, fields))
+    return found
+
+
+def generators_or_none(cluster):
+    try:
+        return generators(cluster)
+    except SqlError:
+        return None
+
+
+def wait_generators_up(cluster, names, timeout=20):
+    """Waits until every generator named is UP; returns the status by name."""
+    def up():
+        now = generators_or_none(cluster)
+        return now and all(now.get(name, {}).get("state") == "UP" for name in names) and now
+    try:
+        return wait_for(up, timeout, f"generators {sorted(names)} of {cluster.name} to be UP")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nstatus: {generators_or_none(cluster)}\n"
+                             f"log:\n{cluster.log()[-3000:]}") from None
+
+
+def next_id(cluster, generator=None, db="postgres"):
+    """(id, None) or (None, the SqlError)."""
+    call = f"cosid_next('{generator}')" if generator else "cosid_next()"
+    try:
+        return int(cluster.query(f"SELECT {call}", db)), None
+    except SqlError as error:
+        return None, error
+
+
+def refused_with(cluster, generator, sqlstate, db="postgres"):
+    """The error of cosid_next(generator) if it is `sqlstate`, else None (for wait_for)."""
+    _, error = next_id(cluster, generator, db)
+    return error if error is not None and error.sqlstate == sqlstate else None
+
+
+def many_ids(cluster, generator, count, db="postgres"):
+    return [int(v) for v in cluster.query(
+        f"SELECT cosid_next('{generator}') FROM generate_series(1, {count})", db).split()]
+
+
+def hint_of(error):
+    return "\n".join(line for line in error.stderr.splitlines() if line.startswith("HINT:"))
+
+
+class Psql:
+    """One psql connection kept open: statements are sent one at a time, and each answer is read
+    back, so that one backend can be used before and after another session's COMMIT."""
+
+    def __init__(self, cluster, db="postgres"):
+        self.process = subprocess.Popen(
+            cluster.psql_command(db, "-At", "-v", "VERBOSITY=verbose"), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.lines = queue.Queue()
+        self.count = 0
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def send(self, sql):
+        """Sends a statement without waiting for its answer; returns what answer() takes."""
+        self.count += 1
+        marker = f"-- answered {self.count} --"
+        self.process.stdin.write(f"{sql};\n\\echo '{marker}'\n")
+        self.process.stdin.flush()
+        return sql, marker
+
+    def answer(self, sent, timeout=30):
+        """The lines the statement sent printed; raises SqlError when it failed."""
+        sql, marker = sent
+        deadline = time.monotonic() + timeout
+        lines = []
+        while True:
+            line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if line is None:
+                raise RuntimeError(f"psql ended while running {sql}: {lines}")
+            if line == marker:
+                break
+            lines.append(line)
+        if any(line.startswith(("ERROR:", "FATAL:")) for line in lines):
+            raise parse_error("\n".join(lines))
+        return lines
+
+    def run(self, sql, timeout=30):
+        return self.answer(self.send(sql), timeout)
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait(timeout=30)
+        self.process.stdout.close()
+
+
+class Generators(unittest.TestCase):
+    def setUp(self):
+        self.clusters = []
+
+    def tearDown(self):
+        for cluster in reversed(self.clusters):
+            cluster.stop(mode="immediate", check=False)
+
+    def cluster(self, name, port, durable=False, **settings):
+        """A cluster leasing with short timings, with the extension created."""
+        cluster = Cluster(name, free_port(port), {**FAST_LEASES, **settings},
+                          durable=durable).init()
+        self.clusters.append(cluster)
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        return cluster
+
+    def assertRefused(self, sqlstate, sql, cluster, db="postgres"):
+        with self.assertRaises(SqlError, msg=sql) as refused:
+            cluster.query(sql, db)
+        self.assertEqual(refused.exception.sqlstate, sqlstate,
+                         f"{sql}:\n{refused.exception.stderr}")
+        return refused.exception
+
+    def test_two_namespaces_leased_at_once(self):
+        cluster = self.cluster("gen-two", 25800)
+        cluster.query("SELECT cosid_create_generator('a'); "
+                      "SELECT cosid_create_generator('b', 'safe_js')")
+        up = wait_generators_up(cluster, ["default", "a", "b"])
+        # One row per generator, each in its own namespace.
+        self.assertEqual(sorted(up), ["a", "b", "default"])
+        self.assertEqual({name: row["namespace"] for name, row in up.items()},
+                         {"default": "cosid", "a": "a", "b": "b"})
+        self.assertEqual(cluster.rows(
+            "SELECT name, time_unit, timestamp_bits, machine_bits, sequence_bits "
+            "FROM cosid.status WHERE name <> 'default' ORDER BY name"),
+            [["a", "millisecond", "41", "10", "12"], ["b", "millisecond", "41", "3", "9"]])
+        a_ids, b_ids = many_ids(cluster, "a", 2000), many_ids(cluster, "b", 2000)
+        self.assertEqual(len(set(a_ids)), 2000)
+        self.assertEqual(len(set(b_ids)), 2000)
+        self.assertEqual({decode(v, "millisecond")[1] for v in a_ids}, {int(up["a"]["machine_id"])})
+        self.assertEqual({decode(v, "safe_js")[1] for v in b_ids}, {int(up["b"]["machine_id"])})
+        self.assertLess(max(b_ids), 1 << 53, "a safe_js id does not fit a JavaScript number")
+        # The overloads decode with the generator's layout.
+        self.assertEqual(cluster.rows(f"SELECT machine_id FROM cosid_decode({b_ids[-1]}, 'b')"),
+                         [[up["b"]["machine_id"]]])
+        self.assertIsNotNone(next_id(cluster)[0])
+        # Each generator holds a live lease of its own in the lease table of cosid.database.
+        live = cluster.rows(
+            "SELECT namespace, machine_id, instance_id, machine_bits, layout "
+            "FROM cosid.machine_lease WHERE state = 'claimed' "
+            "AND expires_at > clock_timestamp() ORDER BY namespace")
+        self.assertEqual(live, [
+            ["a", up["a"]["machine_id"], up["a"]["instance_id"], "10",
+             layout_text("millisecond")],
+            ["b", up["b"]["machine_id"], up["b"]["instance_id"], "3", layout_text("safe_js")],
+            ["cosid", up["default"]["machine_id"], up["default"]["instance_id"], "10",
+             layout_text("millisecond")]])
+
+    def test_one_lease_lost_while_the_others_keep_working(self):
+        cluster = self.cluster("gen-lost", 25801)
+        cluster.query("SELECT cosid_create_generator('a'); "
+                      "SELECT cosid_create_generator('b', 'safe_js')")
+        up = wait_generators_up(cluster, ["default", "a", "b"])
+        machine_id = up["a"]["machine_id"]
+        before = many_ids(cluster, "a", 2000)
+        # Another claim of the same identity takes the row of namespace 'a' (a clone, say): the
+        # worker's renewal no longer matches it, and the claim is live for an hour.
+        cluster.query("UPDATE cosid.machine_lease SET claim_token = 'stolen', "
+                      "expires_at = clock_timestamp() + interval '1 hour' "
+                      f"WHERE namespace = 'a' AND machine_id = {machine_id}")
+        lost_at = time.monotonic()
+        error = wait_for(lambda: next_id(cluster, "a")[1], 10, "cosid_next('a') to be refused")
+        self.assertEqual(error.sqlstate, "55000", error.stderr)
+        self.assertLess(time.monotonic() - lost_at, 3, "not refused within a few renewals")
+        # While 'a' has no lease, the other generators go on.
+        for _ in range(8):
+            value, error = next_id(cluster, "a")
+            self.assertIsNone(value, "generated with a lost lease")
+            self.assertEqual(error.sqlstate, "55000", error.stderr)
+            self.assertIsNotNone(next_id(cluster, "b")[0], "'b' stopped with 'a'")
+            self.assertIsNotNone(next_id(cluster)[0], "the default generator stopped with 'a'")
+        now = generators(cluster)
+        self.assertEqual((now["default"]["state"], now["b"]["state"]), ("UP", "UP"))
+        self.assertNotEqual(now["a"]["state"], "UP")
+        self.assertIn(f'lease of machine id {machine_id} in namespace "a" was lost',
+                      cluster.log())
+        # Once the other claim ends, the worker claims again.
+        cluster.query("UPDATE cosid.machine_lease SET expires_at = clock_timestamp() "
+                      "WHERE namespace = 'a' AND claim_token = 'stolen'")
+        wait_for(lambda: next_id(cluster, "a")[0], 15, "cosid_next('a') under a new claim")
+        after = many_ids(cluster, "a", 2000)
+        again = wait_generators_up(cluster, ["a"])["a"]
+        self.assertEqual(cluster.rows(
+            "SELECT instance_id, claim_token <> 'stolen' FROM cosid.machine_lease "
+            f"WHERE namespace = 'a' AND machine_id = {again['machine_id']} "
+            "AND state = 'claimed'"), [[again["instance_id"], "t"]])
+        self.assertEqual(len(set(before) | set(after)), len(before) + len(after),
+                         "ids of 'a' repeated after the new claim")
+        self.assertGreater(min(after), max(before))
+
+    def test_dropped_generator_releases_exactly_and_a_new_one_waits_for_the_watermark(self):
+        cluster = self.cluster("gen-drop", 25802)
+        # One machine id, so that the re-created generator must wait for its watermark rather
+        # than take a never-used machine id.
+        create = ("SELECT cosid_create_generator('w', 'millisecond', namespace => 'w', "
+                  "machine_bits => 0)")
+        cluster.query(create)
+        wait_generators_up(cluster, ["w"])
+        user, dropper = Psql(cluster), Psql(cluster)
+        self.addCleanup(user.close)
+        self.addCleanup(dropper.close)
+        batch = ("SELECT max(id), (extract(epoch FROM cosid_timestamp(max(id), 'w')) * 1000)"
+                 "::bigint FROM (SELECT cosid_next('w') AS id FROM generate_series(1, 1000)) s")
+
+        def last_of_batch():
+            last_id, last_ms = user.run(batch)[0].split("|")
+            return int(last_id), int(last_ms)
+
+        first_id, _ = last_of_batch()
+        # A drop rolled back changes nothing, nor does one in a subtransaction rolled back.
+        dropper.run("BEGIN")
+        dropper.run("SELECT cosid_drop_generator('w')")
+        dropper.run("ROLLBACK")
+        dropper.run("BEGIN")
+        dropper.run("SAVEPOINT before_drop")
+        dropper.run("SELECT cosid_drop_generator('w')")
+        dropper.run("ROLLBACK TO SAVEPOINT before_drop")
+        dropper.run("COMMIT")
+        self.assertGreater(last_of_batch()[0], first_id)
+        self.assertIsNotNone(next_id(cluster, "w")[0])
+        # A drop takes effect at COMMIT: until then 'w' generates, right after it nothing does,
+        # not even a backend that used it before.
+        dropper.run("BEGIN")
+        dropper.run("SELECT cosid_drop_generator('w')")
+        last_id, last_ms = last_of_batch()
+        dropper.run("COMMIT")
+        with self.assertRaises(SqlError) as refused:
+            user.run("SELECT cosid_next('w')")
+        self.assertEqual(refused.exception.sqlstate, "42704", refused.exception.stderr)
+        self.assertIn('cosid generator "w" does not exist', refused.exception.message)
+        self.assertIsNotNone(refused_with(cluster, "w", "42704"), "a new session used 'w'")
+        # The lease is released with the exact last timestamp issued.
+        wait_for(lambda: cluster.query(
+            "SELECT state FROM cosid.machine_lease WHERE namespace = 'w'") == "released", 10,
+            "the release of the dropped generator's lease")
+        released_ms = int(cluster.query(
+            "SELECT released_ms FROM cosid.machine_lease WHERE namespace = 'w'"))
+        self.assertEqual(released_ms, last_ms, "the release is not the exact last timestamp")
+        self.assertIn('released machine id 0 in namespace "w"', cluster.log())
+        wait_for(lambda: "w" not in generators(cluster), 5, "the status row of 'w' to go")
+        # As if the last holder's clock had run ahead: the watermark is 3 s in the future.
+        ahead_ms = int(cluster.query(
+            "UPDATE cosid.machine_lease SET "
+            "released_ms = cosid.unix_ms(clock_timestamp()) + 3000, "
+            "watermark_ms = greatest(watermark_ms, cosid.unix_ms(clock_timestamp()) + 3000) "
+            "WHERE namespace = 'w' RETURNING released_ms"))
+        cluster.query(create)
+        issued = []
+
+        def generated():
+            value, _ = next_id(cluster, "w")
+            if value is not None:
+                issued.append(value)
+            return value
+
+        wait_for(generated, 20, "'w' to generate again")
+        issued += many_ids(cluster, "w", 1000)
+        # No machine bits: the timestamp is above the 12 sequence bits.
+        stamps = [(value >> 12) + EPOCH_MS for value in issued]
+        self.assertGreater(min(stamps), ahead_ms, "an id dated at or below the watermark")
+        self.assertGreater(min(issued), last_id)
+        self.assertEqual(int(cluster.query(
+            f"SELECT (extract(epoch FROM cosid_timestamp({issued[0]}, 'w')) * 1000)::bigint")),
+            stamps[0])
+
+    def test_a_new_generator_is_known_as_soon_as_its_creation_commits(self):
+        # Until the worker has published it and holds its lease, a new generator is refused
+        # with 55000 (retry in a moment), in the creating session and in others; never with
+        # 42704, which would tell the caller it was never created.
+        cluster = self.cluster("gen-new", 25806)
+        wait_generators_up(cluster, ["default"])
+        creator, locker = Psql(cluster), Psql(cluster)
+        self.addCleanup(locker.close)
+        self.addCleanup(creator.close)
+        creator.run("BEGIN")
+        creator.run("SELECT cosid_create_generator('fresh')")
+        # A lock queued behind the creation's is granted at its COMMIT, and then keeps the worker
+        # from reading the definitions.
+        locked = locker.send("BEGIN; LOCK TABLE cosid.generator IN ACCESS EXCLUSIVE MODE")
+        wait_for(lambda: cluster.query(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted "
+            "AND relation = 'cosid.generator'::regclass") != "0", 10, "the lock to queue")
+        creator.run("COMMIT")
+        locker.answer(locked)
+        locked_at = time.monotonic()
+        refusals = []
+
+        def refusal(call):
+            try:
+                call()
+                return None
+            except SqlError as error:
+                return error.sqlstate
+
+        # Longer than the deadline of a lease: the other generators keep their leases meanwhile.
+        while time.monotonic() - locked_at < DEADLINE_S + 1:
+            refusals.append(refusal(lambda: creator.run("SELECT cosid_next('fresh')")))
+            refusals.append(refusal(lambda: cluster.query("SELECT cosid_next('fresh')")))
+            self.assertIsNotNone(next_id(cluster)[0], "the default generator stopped")
+        self.assertEqual(set(refusals), {"55000"})
+        locker.run("COMMIT")
+        wait_for(lambda: next_id(cluster, "fresh")[0], 10, "'fresh' to generate")
+        creator.run("SELECT cosid_next('fresh')")
+
+    def test_definitions_seen_from_a_second_database_and_errors(self):
+        cluster = self.cluster("gen-app2", 25803)
+        cluster.query("SELECT cosid_create_generator('orders')")
+        cluster.query("CREATE DATABASE app2")
+        cluster.query("CREATE EXTENSION cosid", db="app2")
+        value = wait_for(lambda: next_id(cluster, "orders", db="app2")[0], 10,
+                         "cosid_next('orders') in app2")
+        here = many_ids(cluster, "orders", 1000)
+        there = many_ids(cluster, "orders", 1000, db="app2")
+        self.assertEqual(len(set(here) | set(there) | {value}), 2001)
+        self.assertEqual({decode(v, "millisecond")[1] for v in here + there},
+                         {decode(value, "millisecond")[1]})
+        wait_generators_up(cluster, ["default", "orders"])
+        self.assertIsNone(next_id(cluster, "default", db="app2")[1])
+        # In app2: an unknown name, and no definitions outside cosid.database.
+        unknown = self.assertRefused("42704", "SELECT cosid_next('nope')", cluster, "app2")
+        self.assertIn('cosid generator "nope" does not exist', unknown.message)
+        self.assertIn("orders", hint_of(unknown))
+        self.assertRefused("42704", "SELECT cosid_next('Orders')", cluster, "app2")
+        elsewhere = self.assertRefused("55000", "SELECT cosid_create_generator('x')", cluster,
+                                       "app2")
+        self.assertIn("postgres", hint_of(elsewhere))
+        # In postgres: names taken, bad definitions, a NULL name.
+        for name in ("orders", "default"):
+            self.assertRefused("42710", f"SELECT cosid_create_generator('{name}')", cluster)
+        bad = {
+            "SELECT cosid_create_generator('x', 'minute')": "minute",
+            "SELECT cosid_create_generator('x', machine_bits => 20)": "20",
+            "SELECT cosid_create_generator('x', 'second', sequence_bits => 30)": "30",
+            "SELECT cosid_create_generator('x', time_unit => 'hour')": "hour",
+            "SELECT cosid_create_generator('x', namespace => 'cosid')": "cosid",
+            "SELECT cosid_create_generator('x', 'safe_js', namespace => 'orders')": "orders",
+            "SELECT cosid_create_generator('1x')": "1x",
+            "SELECT cosid_create_generator('a-b')": "a-b",
+            "SELECT cosid_create_generator('')": "",
+            f"SELECT cosid_create_generator('{'g' * 64}')": "g" * 64,
+        }
+        for sql, named in bad.items():
+            error = self.assertRefused("22023", sql, cluster)
+            self.assertIn(named, error.stderr, sql)
+        self.assertRefused("22004", "SELECT cosid_next(NULL::text)", cluster)
+        cluster.query("CREATE ROLE app LOGIN")
+        with self.assertRaises(SqlError) as denied:
+            query_as(cluster, "app", "SELECT cosid_create_generator('x')")
+        self.assertEqual(denied.exception.sqlstate, "42501")
+        # None of them left a definition behind.
+        self.assertEqual(cluster.rows("SELECT name, namespace FROM cosid.generator"),
+                         [["orders", "orders"]])
+        self.assertEqual(sorted(generators(cluster, "app2")), ["default", "orders"])
+
+    def test_restart_and_kill9_while_every_generator_generates(self):
+        # Durable: a kill -9 must not throw away the definitions committed asynchronously.
+        cluster = self.cluster("gen-crash", 25804, durable=True)
+        layouts = {"ms": "millisecond", "sec": "second", "js": "safe_js"}
+        for name, layout in layouts.items():
+            cluster.query(f"SELECT cosid_create_generator('{name}', '{layout}')")
+        wait_generators_up(cluster, layouts)
+        loads = {name: LoopingClients(cluster, clients=2, batch=2_000, batches_per_session=5,
+                                      generator=name) for name in layouts}
+
+        def wait_ids(since, what):
+            for name, load in loads.items():
+                wait_for(lambda: load.ids_so_far(started_after=since) >= 60_000, 60,
+                         f"60000 ids of '{name}' {what}")
+
+        with contextlib.ExitStack() as stack:
+            for load in loads.values():
+                stack.enter_context(load)
+            wait_ids(0, "before the restart")
+            # Early in a second, so that the restarted server may lease again within the
+            # second the last ids of 'sec' were issued in: it must not issue in that second.
+            wait_for(lambda: time.time() % 1 < 0.2, 2, "the start of a second")
+            restarted_at = time.monotonic()
+            cluster.restart()
+            wait_generators_up(cluster, layouts)
+            wait_ids(restarted_at, "after the restart")
+            # kill -9 of a backend that generates: the postmaster reinitialises shared memory.
+            log_before = len(cluster.log())
+            victim = subprocess.Popen(
+                cluster.psql_command("postgres", "-c", "SELECT count(cosid_next('ms')) "
+                                     "FROM generate_series(1, 1000000000000) AS victim"),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            victim_pid = wait_for(lambda: cluster.backend_pids("%AS victim%"), 10,
+                                  "the victim backend")[0]
+            killed_at = time.monotonic()
+            os.kill(victim_pid, signal.SIGKILL)
+            victim.wait(timeout=30)
+
+            def reinitialised():
+                log = cluster.log()[log_before:]
+                _, found, after_crash = log.partition("all server processes terminated")
+                return found and "database system is ready to accept connections" in after_crash
+            wait_for(reinitialised, 30, "the reinitialisation")
+            cluster.wait_ready()
+            wait_generators_up(cluster, layouts)
+            wait_ids(killed_at, "after the backend kill -9")
+            # kill -9 of the whole server, then a start.
+            crashed_at = time.monotonic()
+            cluster.crash()
+            cluster.start()
+            wait_generators_up(cluster, layouts)
+            wait_ids(crashed_at, "after the server kill -9")
+        self.assertIn("all server processes terminated; reinitializing",
+                      cluster.log()[log_before:])
+        totals = {}
+        for name, load in loads.items():
+            sessions = load.sessions
+            totals[name] = sum(len(s.ids) for s in sessions)
+            # Refused while claiming (55000), or cut by the shutdown, the crash and the start;
+            # never told that the generator does not exist.
+            self.assertLessEqual({s.sqlstate for s in sessions if s.error},
+                                 {"55000", "57P01", "57P02", "57P03", "connection"}, name)
+            self.assertEqual(duplicates(sessions), 0, f"duplicate ids of '{name}'")
+            self.assertEqual(sessions_not_increasing(sessions), [], name)
+            # Every phase made ids, and every session's ids are of this generator's layout.
+            for since in (restarted_at, killed_at, crashed_at):
+                self.assertTrue(any(s.ids for s in sessions if s.started >= since), name)
+        self.assertLess(max(v for s in loads["js"].sessions for v in s.ids), 1 << 53)
+        # The definitions outlived both.
+        self.assertEqual(cluster.rows("SELECT name FROM cosid.generator ORDER BY name"),
+                         [["js"], ["ms"], ["sec"]])
+        self.assertEqual(sorted(generators(cluster)), ["default", "js", "ms", "sec"])
+        print(f"\n  {totals} ids across a restart, a backend and a server kill -9, "
+              "0 duplicates", end=" ")
+
+    def test_namespace_without_a_free_machine_id_refuses_only_its_generator(self):
+        cluster = self.cluster("gen-full", 25805)
+        # Other instances hold all 8 machine ids of namespace "tiny", with cosid's layout text.
+        for index in range(8):
+            self.assertEqual(cluster.rows(
+                "SELECT outcome, machine_id FROM cosid.lease_claim('tiny', 3, "
+                f"'other-{index}', false, 600000, 'token-{index}', 0, "
+                f"'{layout_text('safe_js')}')"), [["new", str(index)]])
+        cluster.query("SELECT cosid_create_generator('other', 'safe_js')")
+        cluster.query("SELECT cosid_create_generator('tiny', 'safe_js')")
+        full = wait_for(lambda: refused_with(cluster, "tiny", "53400"), 15,
+                        "cosid_next('tiny') to find no machine id left")
+        self.assertIn('no machine id left in namespace "tiny"', full.message)
+        now = wait_generators_up(cluster, ["default", "other"])
+        self.assertIn("no machine id left", now["tiny"]["last_error"])
+        self.assertIsNotNone(next_id(cluster)[0])
+        self.assertIsNotNone(next_id(cluster, "other")[0])
+        self.assertIsNotNone(refused_with(cluster, "tiny", "53400"))
+        # One machine id freed: 'tiny' takes it.
+        self.assertEqual(cluster.query(
+            "SELECT cosid.lease_release('tiny', 5, 'other-5', 'token-5', 0)"), "t")
+        value = wait_for(lambda: next_id(cluster, "tiny")[0], 10, "'tiny' to take machine id 5")
+        self.assertEqual(decode(value, "safe_js")[1], 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
