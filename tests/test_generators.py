@@ -321,6 +321,29 @@ class Generators(unittest.TestCase):
         self.assertEqual(int(cluster.query(
             f"SELECT (extract(epoch FROM cosid_timestamp({issued[0]}, 'w')) * 1000)::bigint")),
             stamps[0])
+        # The name again for another definition, which takes another slot: a backend that used
+        # the one dropped follows the name to the new one.
+        self.assertTrue(user.run("SELECT cosid_next('w')"))
+        cluster.query("SELECT cosid_drop_generator('w')")
+        with self.assertRaises(SqlError) as refused:
+            user.run("SELECT cosid_next('w')")
+        self.assertEqual(refused.exception.sqlstate, "42704", refused.exception.stderr)
+        cluster.query("SELECT cosid_create_generator('w', 'safe_js', namespace => 'w_js')")
+        refusals = []
+
+        def generated_by_user():
+            try:
+                return user.run("SELECT cosid_next('w')")
+            except SqlError as error:
+                refusals.append(error.sqlstate)
+                return None
+
+        wait_for(generated_by_user, 10, "the backend to generate from the new 'w'")
+        self.assertLessEqual(set(refusals), {"55000"})
+        self.assertEqual(user.run("SELECT namespace, machine_bits FROM cosid.status "
+                                  "WHERE name = 'w'"), ["w_js|3"])
+        self.assertEqual(cluster.query("SELECT count(*) FROM cosid.machine_lease "
+                                       "WHERE namespace = 'w_js' AND state = 'claimed'"), "1")
 
     def test_a_new_generator_is_known_as_soon_as_its_creation_commits(self):
         # Until the worker has published it and holds its lease, a new generator is refused
