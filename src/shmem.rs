@@ -55,13 +55,15 @@
 
 use crate::error::CosidError;
 use crate::settings::{
-    MachineSource, MAX_GENERATOR_NAME_LEN, MAX_INSTANCE_ID_LEN, MAX_NAMED_GENERATORS,
-    MAX_NAMESPACE_LEN,
+    MachineSource, ServerSettings, MAX_GENERATOR_NAME_LEN, MAX_INSTANCE_ID_LEN,
+    MAX_NAMED_GENERATORS, MAX_NAMESPACE_LEN,
 };
 use crate::{host, local_state};
 use cosid_core::distributor::DistributorKind;
 use cosid_core::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
+use cosid_core::layout::Layout;
 use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
+pub use cosid_core::registry::Phase;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 use std::cell::{Cell, UnsafeCell};
@@ -72,15 +74,6 @@ pub const MAX_GENERATORS: usize = 1 + MAX_NAMED_GENERATORS;
 pub const DEFAULT_GENERATOR: usize = 0;
 /// The default generator's name, for the functions that take one.
 pub const DEFAULT_NAME: &str = "default";
-
-/// A slot's phase. `Free` slots have no definition yet; a `Live` one generates; a `Dropped` one
-/// refuses, and keeps its definition until the segment is rebuilt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Free = 0,
-    Live = 1,
-    Dropped = 2,
-}
 
 /// What a generator is: written into a slot once, before the slot leaves [`Phase::Free`], and
 /// never changed until the segment is rebuilt.
@@ -129,6 +122,25 @@ impl Definition {
         definition.namespace_len = copy_text(namespace, &mut definition.namespace);
         definition.instance_id_len = copy_text(instance_id, &mut definition.instance_id);
         definition
+    }
+
+    /// A named generator's definition on this server: the server's sequence reset threshold,
+    /// distributor and instance id, with its own name, namespace and layout.
+    pub fn named(
+        settings: &ServerSettings,
+        name: &str,
+        namespace: &str,
+        layout: Layout,
+    ) -> Definition {
+        let config = GeneratorConfig {
+            layout,
+            sequence_reset_threshold: settings.config.sequence_reset_threshold,
+        };
+        let instance_id = match all_slots() {
+            Ok(slots) => slots[DEFAULT_GENERATOR].instance_id(),
+            Err(_) => "",
+        };
+        Definition::new(name, namespace, config, settings.distributor, instance_id)
     }
 
     pub fn name_bytes(&self) -> &[u8] {
@@ -415,7 +427,7 @@ pub fn is_preloaded() -> bool {
     PRELOADED.load(Ordering::Acquire)
 }
 
-fn not_preloaded() -> CosidError {
+pub fn not_preloaded() -> CosidError {
     CosidError::prerequisite("cosid must be loaded via \"shared_preload_libraries\"")
         .detail(
             "Ids are generated in shared memory, which only a library loaded at server start can \

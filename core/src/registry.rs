@@ -15,12 +15,15 @@
 //! - a live slot with a definition read and nothing running it (the process started again) is
 //!   taken over as it is.
 
-/// A slot's phase, as shared memory says.
+/// A slot's phase, as shared memory keeps it (the discriminant is the stored word). `Free`
+/// slots have no definition yet; a `Live` one generates; a `Dropped` one refuses, and keeps its
+/// definition until shared memory is rebuilt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
 pub enum Phase {
-    Free,
-    Live,
-    Dropped,
+    Free = 0,
+    Live = 1,
+    Dropped = 2,
 }
 
 /// What a definition must tell about itself.

@@ -256,7 +256,7 @@ fn cosid_drop_generator(name: Option<TextArg>) {
             .len()
     });
     if deleted == 0 {
-        unknown_generator(name.as_bytes(), &format!("\"{name}\"")).raise();
+        unknown_generator(&format!("\"{name}\"")).raise();
     }
     // At commit the generator stops at once, in every database; the worker then releases its
     // machine id with the exact last timestamp issued.
@@ -277,7 +277,7 @@ fn cosid_next_named(generator: Option<GeneratorName>) -> i64 {
     match slot.state.next_id(slot.config(), &mut ServerClock) {
         Ok(id) => id,
         Err(GenerateError::Closed) if !slot.is_live() => {
-            unknown_generator(generator.bytes(), &generator.quoted()).raise()
+            unknown_generator(&generator.quoted()).raise()
         }
         Err(why) => generate_error(slot, why).raise(),
     }
@@ -363,7 +363,7 @@ fn on_commit_of_this_change(
 fn live_slot(generator: &GeneratorName) -> &'static GeneratorSlot {
     match shmem::live_generator(generator.bytes()) {
         Ok(Some(slot)) => slot,
-        Ok(None) => unknown_generator(generator.bytes(), &generator.quoted()).raise(),
+        Ok(None) => unknown_generator(&generator.quoted()).raise(),
         Err(why) => why.raise(),
     }
 }
@@ -379,7 +379,7 @@ fn generator_layout(generator: &GeneratorName) -> Layout {
 
 /// The error for a name that is no live generator. Until the definitions were first read, the
 /// name may be one not loaded yet: that is a moment's wait, not a mistake.
-pub(super) fn unknown_generator(name: &[u8], quoted: &str) -> CosidError {
+pub(super) fn unknown_generator(quoted: &str) -> CosidError {
     let preloaded = shmem::is_preloaded();
     if preloaded && (!shmem::definitions_loaded() || shmem::creations_pending()) {
         if let Some(why) = no_machine_id() {
@@ -406,7 +406,6 @@ pub(super) fn unknown_generator(name: &[u8], quoted: &str) -> CosidError {
                 .collect()
         })
         .unwrap_or_else(|_| vec![DEFAULT_NAME.to_string()]);
-    let _ = name;
     CosidError::new(
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
         format!("cosid generator {quoted} does not exist"),
@@ -441,11 +440,7 @@ fn null_argument(argument: &str) -> CosidError {
 /// The server's settings, when this is the database that holds the definitions.
 fn in_definitions_database() -> &'static crate::settings::ServerSettings {
     let Some(settings) = settings::server() else {
-        // Not preloaded: the error that says so.
-        match shmem::all_slots() {
-            Err(why) => why.raise(),
-            Ok(_) => CosidError::prerequisite("cosid has no server settings").raise(),
-        }
+        shmem::not_preloaded().raise()
     };
     let current = Spi::get_one::<String>("SELECT pg_catalog.current_database()::pg_catalog.text")
         .ok()
@@ -584,12 +579,10 @@ fn check_room(
         return;
     };
     let named = &slots[1..=settings.max_generators.min(shmem::MAX_GENERATORS - 1)];
-    let reusable = named.iter().any(|slot| {
-        slot.phase() == Phase::Dropped
-            && slot.name() == name
-            && slot.namespace() == namespace
-            && slot.config().layout == *layout
-    });
+    let definition = shmem::Definition::named(settings, name, namespace, *layout);
+    let reusable = named
+        .iter()
+        .any(|slot| slot.phase() == Phase::Dropped && slot.definition().same_as(&definition));
     let dropped = named
         .iter()
         .filter(|slot| slot.phase() == Phase::Dropped)

@@ -22,7 +22,6 @@ use crate::host::boottime_ms;
 use crate::settings::{self, MachineSource, ServerSettings};
 use crate::shmem::{self, Definition, GeneratorSlot, Phase, MAX_GENERATORS};
 use crate::{local_state, store};
-use cosid_core::generator::GeneratorConfig;
 use cosid_core::layout::{Layout, TimeUnit};
 use cosid_core::lease::session::{LogLevel, Session, Slot};
 use cosid_core::lease::{LeaseProblem, LeaseState, LeaseTiming};
@@ -196,7 +195,7 @@ impl<'a> NamedGenerators<'a> {
         };
         let definitions: Vec<Definition> = rows
             .iter()
-            .map(|row| self.definition(&row.name, &row.namespace, row.layout))
+            .map(|row| Definition::named(self.settings, &row.name, &row.namespace, row.layout))
             .collect();
         let slots = self.slots;
         let named = &slots[1..=self.settings.max_generators.min(MAX_GENERATORS - 1)];
@@ -205,11 +204,7 @@ impl<'a> NamedGenerators<'a> {
             .map(|slot| {
                 let phase = slot.phase();
                 SlotView {
-                    phase: match phase {
-                        Phase::Free => registry::Phase::Free,
-                        Phase::Live => registry::Phase::Live,
-                        Phase::Dropped => registry::Phase::Dropped,
-                    },
+                    phase,
                     definition: (phase != Phase::Free).then(|| slot.definition()),
                     running: self.entry_of(slot).is_some(),
                 }
@@ -261,21 +256,6 @@ impl<'a> NamedGenerators<'a> {
         self.entries
             .iter()
             .position(|entry| std::ptr::eq(entry.slot, slot))
-    }
-
-    fn definition(&self, name: &str, namespace: &str, layout: Layout) -> Definition {
-        let config = GeneratorConfig {
-            layout,
-            sequence_reset_threshold: self.settings.config.sequence_reset_threshold,
-        };
-        let instance_id = self.slots[shmem::DEFAULT_GENERATOR].instance_id();
-        Definition::new(
-            name,
-            namespace,
-            config,
-            self.settings.distributor,
-            instance_id,
-        )
     }
 
     fn runner_for(&self, slot: &'a GeneratorSlot) -> Entry<'a> {
