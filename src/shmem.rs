@@ -66,8 +66,8 @@ use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
 pub use cosid_core::registry::Phase;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
-use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// How many generators one server can hold: the default one and the named ones.
 pub const MAX_GENERATORS: usize = 1 + MAX_NAMED_GENERATORS;
@@ -543,24 +543,23 @@ pub fn set_definitions_loaded() {
     }
 }
 
-thread_local! {
-    /// The slot of this backend's last looked-up name: a slot's name never changes, so it stays
-    /// right as long as the slot is live and has the name asked for.
-    static LAST_LOOKUP: Cell<u8> = const { Cell::new(0) };
-}
+/// The slot of this backend's last looked-up name: a slot's name never changes, so it stays
+/// right as long as the slot is live and has the name asked for. A backend is one thread, so a
+/// plain static does (a thread-local costs a call to the dynamic loader in a loaded library).
+static LAST_LOOKUP: AtomicU8 = AtomicU8::new(0);
 
 /// The live generator of that name (`default` is the default one), if any.
 #[inline]
 pub fn live_generator(name: &[u8]) -> Result<Option<&'static GeneratorSlot>, CosidError> {
     let slots = all_slots()?;
     let is = |slot: &GeneratorSlot| slot.is_live() && slot.definition().name_bytes() == name;
-    let cached = &slots[usize::from(LAST_LOOKUP.get()) % MAX_GENERATORS];
+    let cached = &slots[usize::from(LAST_LOOKUP.load(Ordering::Relaxed)) % MAX_GENERATORS];
     if is(cached) {
         return Ok(Some(cached));
     }
     let found = slots.iter().position(is);
     if let Some(index) = found {
-        LAST_LOOKUP.set(index as u8);
+        LAST_LOOKUP.store(index as u8, Ordering::Relaxed);
     }
     Ok(found.map(|index| &slots[index]))
 }

@@ -384,6 +384,61 @@ class Generators(unittest.TestCase):
         wait_for(lambda: next_id(cluster, "fresh")[0], 10, "'fresh' to generate")
         creator.run("SELECT cosid_next('fresh')")
 
+    def test_each_call_uses_the_generator_its_argument_names(self):
+        # A call site whose name is a constant keeps the generator it found for the rest of the
+        # query; any other argument is looked up on every call. 'js' issues ids below 2^53 and
+        # 'ms' ids above, so every id shows which generator issued it.
+        cluster = self.cluster("gen-args", 25807)
+        cluster.query("SELECT cosid_create_generator('ms'); "
+                      "SELECT cosid_create_generator('js', 'safe_js')")
+        wait_generators_up(cluster, ["ms", "js"])
+        below_2_53 = "(id < 2^53) = (name = 'js')"
+        # A name from a column, and one from a PL/pgSQL variable, which reaches the function as
+        # a parameter whose value changes between calls through the same call site.
+        from_column = cluster.query(
+            f"SELECT count(*) FILTER (WHERE NOT {below_2_53}), count(*) FROM ("
+            "SELECT name, cosid_next(name) AS id FROM ("
+            "SELECT CASE WHEN g % 3 = 0 THEN 'js' ELSE 'ms' END AS name "
+            "FROM generate_series(1, 3000) g) n) s")
+        self.assertEqual(from_column, "0|3000")
+        cluster.query("""
+            CREATE FUNCTION alternate(calls int) RETURNS TABLE (name text, id bigint)
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                FOR i IN 1..calls LOOP
+                    name := CASE WHEN i % 2 = 0 THEN 'js' ELSE 'ms' END;
+                    id := cosid_next(name);
+                    RETURN NEXT;
+                END LOOP;
+            END $$""")
+        from_variable = cluster.query(
+            f"SELECT count(*) FILTER (WHERE NOT {below_2_53}), count(*) FROM alternate(3000)")
+        self.assertEqual(from_variable, "0|3000")
+        # A constant name, in one long query: a drop committed while it runs stops it at once.
+        user = Psql(cluster)
+        self.addCleanup(user.close)
+        user.run("SELECT set_config('application_name', 'long-query', false)")
+        running = user.send("SELECT count(cosid_next('ms')) FROM "
+                            "(SELECT generate_series(1, 1000000000) AS g) s")
+        wait_for(lambda: cluster.query(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'long-query' "
+            "AND state = 'active'") == "1", 10, "the long query to run")
+        cluster.query("SELECT cosid_drop_generator('ms')")
+        with self.assertRaises(SqlError) as refused:
+            user.answer(running, timeout=60)
+        self.assertEqual(refused.exception.sqlstate, "42704", refused.exception.stderr)
+        # The other generator is untouched, and a new 'ms' in another namespace is found by the
+        # same constant call site's next execution.
+        self.assertLess(int(cluster.query("SELECT cosid_next('js')")), 2**53)
+        cluster.query("SELECT cosid_create_generator('ms', 'second', namespace => 'ms2')")
+        wait_generators_up(cluster, ["ms"])
+        ids = many_ids(cluster, "ms", 1000)
+        self.assertEqual(len(set(ids)), 1000)
+        second = cluster.query(f"SELECT count(*) FROM unnest(ARRAY{ids}::bigint[]) id "
+                               "WHERE cosid_timestamp(id, 'ms') BETWEEN now() - interval '1 min'"
+                               " AND now() + interval '1 min'")
+        self.assertEqual(second, "1000")
+
     def test_definitions_seen_from_a_second_database_and_errors(self):
         cluster = self.cluster("gen-app2", 25803)
         cluster.query("SELECT cosid_create_generator('orders')")

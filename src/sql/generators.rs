@@ -269,17 +269,76 @@ fn cosid_drop_generator(name: Option<TextArg>) {
 }
 
 #[pg_extern(name = "cosid_next", volatile, parallel_safe)]
-fn cosid_next_named(generator: Option<GeneratorName>) -> i64 {
-    let Some(generator) = generator else {
-        null_argument("generator").raise()
+fn cosid_next_named(generator: Option<GeneratorName>, fcinfo: pg_sys::FunctionCallInfo) -> i64 {
+    let slot = match slot_of_this_call_site(fcinfo) {
+        Some(slot) if slot.is_live() => slot,
+        _ => {
+            let Some(generator) = &generator else {
+                null_argument("generator").raise()
+            };
+            let slot = live_slot(generator);
+            remember_for_this_call_site(fcinfo, slot);
+            slot
+        }
     };
-    let slot = live_slot(&generator);
     match slot.state.next_id(slot.config(), &mut ServerClock) {
         Ok(id) => id,
-        Err(GenerateError::Closed) if !slot.is_live() => {
-            unknown_generator(&generator.quoted()).raise()
-        }
+        Err(GenerateError::Closed) if !slot.is_live() => match &generator {
+            Some(generator) => unknown_generator(&generator.quoted()).raise(),
+            None => null_argument("generator").raise(),
+        },
         Err(why) => generate_error(slot, why).raise(),
+    }
+}
+
+/// The slot this call site found before, if its generator argument is the same on every call.
+///
+/// `cosid_next('name')` is on the hot path, and in a query the name is nearly always a constant:
+/// the slot found on the first call is kept in the call site's `fn_extra` (which PostgreSQL resets
+/// for every new execution of the expression), so later calls compare no name. The slot stays
+/// right while it is live: a slot that left `Free` keeps its definition, name included, until
+/// the server stops. A cached slot that is not live is looked up again by name.
+#[inline]
+fn slot_of_this_call_site(fcinfo: pg_sys::FunctionCallInfo) -> Option<&'static GeneratorSlot> {
+    // SAFETY: PostgreSQL passes a valid fcinfo; its flinfo, when set, lives for the call site's
+    // execution. fn_extra is ours for this function: it is null or a slot pointer we stored,
+    // and slots live in shared memory for the life of the server.
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        if flinfo.is_null() {
+            return None;
+        }
+        (*flinfo)
+            .fn_extra
+            .cast::<GeneratorSlot>()
+            .cast_const()
+            .as_ref()
+    }
+}
+
+/// Keeps `slot` for the later calls of this call site if its generator argument is a constant.
+///
+/// Only a constant: a parameter is stable within one execution, but PL/pgSQL evaluates a simple
+/// expression again and again through the same call site with new values of its variables.
+fn remember_for_this_call_site(fcinfo: pg_sys::FunctionCallInfo, slot: &'static GeneratorSlot) {
+    // SAFETY: as in `slot_of_this_call_site`. fn_expr, when set, is the call's expression node,
+    // read only by its tag; a FuncExpr's args is a List of expression nodes.
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        if flinfo.is_null() || (*flinfo).fn_expr.is_null() {
+            return;
+        }
+        let call = (*flinfo).fn_expr;
+        if (*call).type_ != pg_sys::NodeTag::T_FuncExpr {
+            return;
+        }
+        let args = pgrx::PgList::<pg_sys::Node>::from_pg((*call.cast::<pg_sys::FuncExpr>()).args);
+        let Some(first) = args.get_ptr(0) else {
+            return;
+        };
+        if (*first).type_ == pg_sys::NodeTag::T_Const {
+            (*flinfo).fn_extra = std::ptr::from_ref(slot).cast_mut().cast();
+        }
     }
 }
 

@@ -104,22 +104,34 @@ unsafe impl<'fcx> ArgAbi<'fcx> for TextArg {
 
 pgrx::impl_sql_translatable!(TextArg, arg_only = "text");
 
-/// A generator name argument, read in place: `cosid_next('name')` is on the hot path. Names are
-/// ASCII, so its bytes are compared as they are in every server encoding.
+/// A generator name argument, read in place and only when needed: `cosid_next('name')` is on
+/// the hot path, and a call site whose name is a constant does not read it again (see
+/// `cosid_next_named`). Names are ASCII, so its bytes are compared as they are in every server
+/// encoding.
 pub struct GeneratorName {
-    data: *const u8,
-    len: usize,
+    text: *mut pg_sys::varlena,
 }
 
 impl GeneratorName {
     pub fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
+        if self.text.is_null() {
             return &[];
         }
-        // SAFETY: `data` points into the argument's varlena, `len` bytes long, which lives in
-        // the function call's memory context (or the caller's) at least as long as this value,
-        // a function argument that is never kept beyond the call.
-        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+        // SAFETY: `text` is the argument's non-null text datum, which lives in the function
+        // call's memory context (or the caller's) at least as long as this value, a function
+        // argument that is never kept beyond the call. One stored in line (a short or a plain
+        // 4-byte header, as a constant or a column value is) is read in place; a compressed or
+        // external one is detoasted into the current memory context, which outlives the call.
+        unsafe {
+            let in_line = (varlena::varatt_is_1b(self.text) && !varlena::varatt_is_1b_e(self.text))
+                || varlena::varatt_is_4b_u(self.text);
+            let text = if in_line {
+                self.text
+            } else {
+                pg_sys::pg_detoast_datum_packed(self.text)
+            };
+            varlena::varlena_to_byte_slice(text)
+        }
     }
 
     /// The name in double quotes, for an error message in the server encoding.
@@ -140,23 +152,8 @@ impl FromDatum for GeneratorName {
         if is_null || datum.is_null() {
             return None;
         }
-        // SAFETY: a non-null text datum. One stored in line (a short or a plain 4-byte header,
-        // as a constant or a column value is) is read in place; a compressed or external one is
-        // detoasted into the current memory context, which outlives the call.
-        let bytes = unsafe {
-            let varlena = datum.cast_mut_ptr::<pg_sys::varlena>();
-            let in_line = (varlena::varatt_is_1b(varlena) && !varlena::varatt_is_1b_e(varlena))
-                || varlena::varatt_is_4b_u(varlena);
-            let varlena = if in_line {
-                varlena
-            } else {
-                pg_sys::pg_detoast_datum_packed(varlena)
-            };
-            varlena::varlena_to_byte_slice(varlena)
-        };
         Some(GeneratorName {
-            data: bytes.as_ptr(),
-            len: bytes.len(),
+            text: datum.cast_mut_ptr(),
         })
     }
 }
@@ -166,8 +163,7 @@ unsafe impl<'fcx> ArgAbi<'fcx> for GeneratorName {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> GeneratorName {
         // SAFETY: pgrx calls this for an argument declared as text, which GeneratorName maps to.
         unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or(GeneratorName {
-            data: std::ptr::null(),
-            len: 0,
+            text: std::ptr::null_mut(),
         })
     }
 }
