@@ -225,6 +225,11 @@ class Upgrade(unittest.TestCase):
         cluster.query("ALTER EXTENSION cosid UPDATE", "from_020")
         self.assertNotEqual(before, fresh, "the test compares nothing")
         self.assertEqual(catalog(cluster, "from_020"), fresh)
+        # From 0.3.0, whose install script is kept.
+        cluster.query("CREATE DATABASE from_030")
+        cluster.query("CREATE EXTENSION cosid VERSION '0.3.0'", "from_030")
+        cluster.query("ALTER EXTENSION cosid UPDATE", "from_030")
+        self.assertEqual(catalog(cluster, "from_030"), fresh)
         cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
         self.assertEqual(machine_of(cosid_next), 3)
 
