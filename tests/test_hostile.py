@@ -600,6 +600,47 @@ class Hostile(unittest.TestCase):
         self.assertEqual(cluster.query("SELECT string_agg(name, ',') FROM cosid.status"),
                          "default")
 
+    def test_lease_functions_planted_where_the_extension_is_not_never_run(self):
+        # The lease worker's store is its own cosid.database, where the extension is not
+        # installed yet; the database's owner plants the lease protocol. The worker runs as a
+        # superuser: it must not call functions that are not cosid's, SECURITY DEFINER or not.
+        cluster = self.track(Cluster("hostile-protocol", free_port(25533), {
+            **FAST_LEASES, "cosid.database": "appdb"}).init())
+        cluster.start()
+        cluster.query("CREATE ROLE mallory LOGIN")
+        cluster.query("CREATE DATABASE appdb OWNER mallory")
+        cluster.query("CREATE EXTENSION cosid")  # in postgres, to read cosid.status
+        query_as(cluster, "mallory", """
+            CREATE SCHEMA cosid;
+            CREATE FUNCTION cosid.escalate() RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN ALTER ROLE mallory SUPERUSER; END $$;
+            CREATE FUNCTION cosid.lease_namespace_layout(text) RETURNS text LANGUAGE sql
+                AS $$ SELECT NULL::text $$;
+            CREATE FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text,
+                bigint, text)
+                RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+                               expires_at_ms bigint, store_now_ms bigint)
+                LANGUAGE plpgsql SECURITY DEFINER AS $$
+                BEGIN PERFORM cosid.escalate(); RETURN; END $$;
+            CREATE FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint)
+                RETURNS TABLE (expires_at_ms bigint, store_now_ms bigint)
+                LANGUAGE plpgsql AS $$ BEGIN PERFORM cosid.escalate(); RETURN; END $$;
+            CREATE FUNCTION cosid.lease_release(text, integer, text, text, bigint)
+                RETURNS boolean
+                LANGUAGE plpgsql AS $$ BEGIN PERFORM cosid.escalate(); RETURN true; END $$;
+            """, db="appdb")
+        refused = "not calling the lease functions of database \"appdb\": they are not cosid's"
+        wait_for(lambda: refused in (status(cluster)["last_error"] or ""), 15,
+                 "the worker to refuse the planted protocol")
+        self.assertEqual(cluster.query("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),
+                         "f", "a planted lease function ran as the worker")
+        self.assertEqual(status(cluster)["state"], "STOPPED")
+        self.assertEqual(try_next(cluster)[1], "55000")
+        # Once mallory's schema is gone and the extension installed, the worker leases.
+        query_as(cluster, "mallory", "DROP SCHEMA cosid CASCADE", db="appdb")
+        cluster.query("CREATE EXTENSION cosid", "appdb")
+        wait_up(cluster, timeout=30)
+
     def test_a_drop_undone_by_a_savepoint_or_a_prepared_rollback_keeps_the_generator(self):
         cluster = self.track(Cluster("hostile-undone-drop", free_port(25540), {
             **FAST_LEASES, "max_prepared_transactions": 2}).init())

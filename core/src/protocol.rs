@@ -90,14 +90,30 @@ pub struct Call {
 /// claim, and the claim of cosid 0.1.0, whose store this version's servers cannot use.
 /// This version's store has `cosid.lease_namespace_layout(text)` (0.3.0: a namespace keeps its
 /// layout for good); an older one has one of the claims of 0.1.0 and 0.2.0 only.
+///
+/// The third column says whether the functions the session will call are cosid's: SECURITY
+/// DEFINER functions owned by `cosid_lease_owner`, as the extension and `lease_store.sql` make
+/// them. The lease worker of a server whose store is its own database runs as a superuser:
+/// where `cosid.database` has no extension, its owner could otherwise create a schema `cosid`
+/// with a `lease_claim` of their own and have the worker run it. A function that is SECURITY
+/// DEFINER runs as its owner, never as the worker.
 const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
     'cosid.lease_namespace_layout(text)'::pg_catalog.text) IS NOT NULL \
     AND pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text) \
     IS NOT NULL, pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)'::pg_catalog.text) \
-    IS NOT NULL";
-const READINESS_COLUMNS: &[Kind] = &[Kind::Bool, Kind::Bool];
+    IS NOT NULL, COALESCE((SELECT pg_catalog.bool_and(p.prosecdef \
+    AND pg_catalog.nameeq(r.rolname, 'cosid_lease_owner')) \
+    AND pg_catalog.int8eq(pg_catalog.count(p.oid), 3::pg_catalog.int8) \
+    FROM pg_catalog.unnest(ARRAY[\
+    pg_catalog.to_regprocedure('cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text), \
+    pg_catalog.to_regprocedure('cosid.lease_renew(text,integer,text,text,bigint,bigint)'::pg_catalog.text), \
+    pg_catalog.to_regprocedure('cosid.lease_release(text,integer,text,text,bigint)'::pg_catalog.text)\
+    ]) f(oid) \
+    JOIN pg_catalog.pg_proc p ON pg_catalog.oideq(p.oid, f.oid::pg_catalog.oid) \
+    JOIN pg_catalog.pg_roles r ON pg_catalog.oideq(r.oid, p.proowner)), false)";
+const READINESS_COLUMNS: &[Kind] = &[Kind::Bool, Kind::Bool, Kind::Bool];
 
 /// What the store offers, as the readiness check finds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +122,9 @@ pub enum StoreProtocol {
     Current,
     /// Only an older version's protocol: the store needs its update script.
     Older,
+    /// This version's functions, but not cosid's own: not SECURITY DEFINER functions of
+    /// `cosid_lease_owner`. Never called.
+    Untrusted,
     /// No protocol at all.
     Absent,
 }
@@ -372,10 +391,12 @@ pub fn decode_readiness(rows: &[Vec<Value>]) -> Result<StoreProtocol, MalformedA
     let row = single_row("the protocol check", rows, READINESS_COLUMNS.len())?;
     let current = boolean(&row[0], "protocol check result")?;
     let older = boolean(&row[1], "older protocol check result")?;
-    Ok(match (current, older) {
-        (true, _) => StoreProtocol::Current,
-        (false, true) => StoreProtocol::Older,
-        (false, false) => StoreProtocol::Absent,
+    let cosids_own = boolean(&row[2], "protocol owner check result")?;
+    Ok(match (current, older, cosids_own) {
+        (true, _, true) => StoreProtocol::Current,
+        (true, _, false) => StoreProtocol::Untrusted,
+        (false, true, _) => StoreProtocol::Older,
+        (false, false, _) => StoreProtocol::Absent,
     })
 }
 
@@ -389,6 +410,8 @@ pub enum Readiness {
     NoExtension,
     /// The store has an older version's protocol: its update script has not run yet.
     Outdated,
+    /// The store's protocol functions are not cosid's (see [`StoreProtocol::Untrusted`]).
+    Untrusted,
 }
 
 /// A lease store as the lease session sees it: its own database through SPI, or a shared one
@@ -412,6 +435,7 @@ pub trait LeaseStore {
             Ok(StoreProtocol::Current) => Readiness::Ready,
             Ok(StoreProtocol::Older) => Readiness::Outdated,
             Ok(StoreProtocol::Absent) => Readiness::NoExtension,
+            Ok(StoreProtocol::Untrusted) => Readiness::Untrusted,
             Err(why) => return Err(why.to_string()),
         })
     }
@@ -625,13 +649,21 @@ mod tests {
         assert_eq!(decode_release(&[vec![Value::Bool(false)]]), Ok(false));
         assert!(decode_release(&[vec![Value::Null]]).is_err());
         assert!(decode_release(&[]).is_err());
-        let readiness =
-            |current, older| decode_readiness(&[vec![Value::Bool(current), Value::Bool(older)]]);
-        assert_eq!(readiness(true, true), Ok(StoreProtocol::Current));
-        assert_eq!(readiness(true, false), Ok(StoreProtocol::Current));
-        assert_eq!(readiness(false, true), Ok(StoreProtocol::Older));
-        assert_eq!(readiness(false, false), Ok(StoreProtocol::Absent));
+        let readiness = |current, older, own| {
+            decode_readiness(&[vec![
+                Value::Bool(current),
+                Value::Bool(older),
+                Value::Bool(own),
+            ]])
+        };
+        assert_eq!(readiness(true, true, true), Ok(StoreProtocol::Current));
+        assert_eq!(readiness(true, false, true), Ok(StoreProtocol::Current));
+        assert_eq!(readiness(true, false, false), Ok(StoreProtocol::Untrusted));
+        assert_eq!(readiness(false, true, false), Ok(StoreProtocol::Older));
+        assert_eq!(readiness(false, false, false), Ok(StoreProtocol::Absent));
         assert!(decode_readiness(&[vec![Value::Bool(true)]]).is_err());
-        assert!(decode_readiness(&[vec![Value::Null, Value::Bool(true)]]).is_err());
+        assert!(
+            decode_readiness(&[vec![Value::Null, Value::Bool(true), Value::Bool(true)]]).is_err()
+        );
     }
 }

@@ -572,6 +572,19 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                     "waiting for the extension's update: its SQL objects in database \"{database}\" are older than this server's cosid {version}; run ALTER EXTENSION cosid UPDATE there"
                 ),
             ),
+            Readiness::Untrusted => {
+                let place = if remote {
+                    "the lease store in cosid.lease_store".to_string()
+                } else {
+                    format!("database \"{database}\"")
+                };
+                (
+                    LeaseProblem::NoExtension,
+                    format!(
+                        "not calling the lease functions of {place}: they are not cosid's (cosid.lease_claim, cosid.lease_renew and cosid.lease_release must be SECURITY DEFINER functions owned by the role cosid_lease_owner, as CREATE EXTENSION cosid and lease_store.sql make them); drop the schema cosid that someone else created there and install cosid's"
+                    ),
+                )
+            }
         }
     }
 
@@ -786,7 +799,7 @@ mod tests {
         fn run(&mut self, call: &Call) -> Answer {
             self.calls.push(call.clone());
             let (queue, default) = if call.sql.contains("to_regprocedure") {
-                (&mut self.readiness, Some(bools(&[true, true])))
+                (&mut self.readiness, Some(bools(&[true, true, true])))
             } else if call.sql.contains("cosid.lease_claim($") {
                 (&mut self.claims, None)
             } else if call.sql.contains("lease_renew") {
@@ -1304,12 +1317,14 @@ mod tests {
 
     #[test]
     fn a_store_not_ready_is_waited_for_with_the_fix_in_the_message() {
-        let cases: [(bool, bool, [bool; 2], LeaseProblem, &str); 5] = [
-            (false, true, [true, true], LeaseProblem::Standby, "this server is a hot standby; the lease table in database \"app\" is read-only until it is promoted"),
-            (false, false, [false, false], LeaseProblem::NoExtension, "waiting for the extension: run CREATE EXTENSION cosid in database \"app\""),
-            (true, false, [false, false], LeaseProblem::NoExtension, "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql"),
-            (false, false, [false, true], LeaseProblem::NoExtension, "waiting for the extension's update: its SQL objects in database \"app\" are older than this server's cosid"),
-            (true, false, [false, true], LeaseProblem::NoExtension, "waiting for the lease store in cosid.lease_store to be updated"),
+        let cases: [(bool, bool, [bool; 3], LeaseProblem, &str); 7] = [
+            (false, true, [true, true, true], LeaseProblem::Standby, "this server is a hot standby; the lease table in database \"app\" is read-only until it is promoted"),
+            (false, false, [false, false, false], LeaseProblem::NoExtension, "waiting for the extension: run CREATE EXTENSION cosid in database \"app\""),
+            (true, false, [false, false, false], LeaseProblem::NoExtension, "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql"),
+            (false, false, [false, true, false], LeaseProblem::NoExtension, "waiting for the extension's update: its SQL objects in database \"app\" are older than this server's cosid"),
+            (true, false, [false, true, false], LeaseProblem::NoExtension, "waiting for the lease store in cosid.lease_store to be updated"),
+            (false, false, [true, false, false], LeaseProblem::NoExtension, "not calling the lease functions of database \"app\": they are not cosid's"),
+            (true, false, [true, true, false], LeaseProblem::NoExtension, "not calling the lease functions of the lease store in cosid.lease_store: they are not cosid's"),
         ];
         for (remote, read_only, protocol, problem, text) in cases {
             let shared = Shared::new();
