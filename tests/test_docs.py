@@ -198,6 +198,14 @@ class Docs(unittest.TestCase):
                     broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
         self.assertEqual(broken, [])
 
+    def test_every_sql_block_is_found(self):
+        """A ```sql block the parser would miss (indented in a list, say) would go untested."""
+        for doc in DOCS:
+            fences = len(re.findall(r"^\s*```sql", doc.read_text(), re.M))
+            found = sum(1 for b in blocks_of(doc) if b.lang == "sql")
+            self.assertEqual(fences, found, f"{doc.relative_to(ROOT)}: a ```sql block not at "
+                             "the start of a line is not run; move it out of the list")
+
     def test_not_run_blocks_say_why(self):
         blocks = [b for doc in DOCS for b in not_run(doc)]
         for block in blocks:
