@@ -18,6 +18,7 @@ examples"):
   'cosid'). `<!-- test: server settings, HOSTNAME=pg-3 -->` also sets the server's environment.
 - `<!-- not run: why -->` just before a ```sql block: it is not run (it needs a second server, a
   shared store, ...). The test counts and names these blocks; keep them few.
+- psql runs with PGTZ=UTC and PGDATESTYLE=ISO, so that shown times do not depend on the machine.
 - Before a block that calls cosid_next() or reads cosid.status, the test waits (up to 15 s) until
   every generator is UP, as a reader waits the second the documents speak of.
 """
@@ -36,7 +37,8 @@ FIRST_PORT = 25800
 STARTED = 0
 
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
-MARKER = re.compile(r"<!--\s*(not run|test):?\s*(.*?)\s*-->\s*\Z", re.S)
+# A marker comment, with nothing but blank space between it and the block.
+MARKER = re.compile(r"<!--\s*(not run|test):?\s*((?:(?!-->).)*?)\s*-->\s*\Z", re.S)
 WAIT_FOR_UP = re.compile(r"cosid_next\s*\(|cosid\.status", re.I)
 
 
