@@ -4,8 +4,8 @@
 # For each pg_config given (by default Debian's PostgreSQL 15 and the pg_config of each other
 # tested version that is installed, see scripts/pg-config.sh):
 # - cosid-<version>-pg<major>-linux-<arch>.tar.gz: lib/cosid.so and share/..., laid out as under
-#   `pg_config --pkglibdir` and `pg_config --sharedir`, with INSTALL, LICENSE, README.md and
-#   CHANGELOG.md;
+#   `pg_config --pkglibdir` and `pg_config --sharedir`, with INSTALL, LICENSE, README.md, docs/
+#   and CHANGELOG.md;
 # - for a PostgreSQL in Debian's layout (/usr/lib/postgresql/<major>, as Debian's packages
 #   install it): postgresql-<major>-cosid_<version>-1_<arch>.deb, named and laid out as Debian's
 #   own extension packages (postgresql-15-cron, postgresql-15-hypopg), depending on
@@ -114,6 +114,10 @@ tarball() {
     put "$ROOT/LICENSE" "$dir/LICENSE"
     put "$ROOT/README.md" "$dir/README.md"
     put "$ROOT/CHANGELOG.md" "$dir/CHANGELOG.md"
+    # The README links to docs/.
+    for file in "$ROOT"/docs/*.md; do
+        put "$file" "$dir/docs/$(basename "$file")"
+    done
     cat > "$dir/INSTALL" <<EOF
 cosid $VERSION for PostgreSQL $major on Linux $ARCH (built against PostgreSQL $full)
 
@@ -135,7 +139,7 @@ Install, as a user that may write there, from this folder:
 The library needs glibc and OpenSSL 3 (libssl.so.3). Then add cosid to shared_preload_libraries
 in postgresql.conf, restart the server, and run CREATE EXTENSION cosid (README.md, "Quick start").
 
-Uninstall: DROP EXTENSION cosid in each database that has it (README.md, "Uninstalling"), remove
+Uninstall: DROP EXTENSION cosid in each database that has it (docs/uninstalling.md), remove
 cosid from shared_preload_libraries, restart, then
 
   rm "\$(\$PG_CONFIG --pkglibdir)/cosid.so" "\$(\$PG_CONFIG --sharedir)"/extension/cosid.control \\
@@ -160,6 +164,10 @@ deb() {
     cp -a "$staged/share/." "$root$share/"
     put "$ROOT/README.md" "$doc/README.md"
     gzip -9n "$doc/README.md"
+    for file in "$ROOT"/docs/*.md; do
+        put "$file" "$doc/docs/$(basename "$file")"
+        gzip -9n "$doc/docs/$(basename "$file")"
+    done
     put "$ROOT/CHANGELOG.md" "$doc/changelog"
     gzip -9n "$doc/changelog"
     cat > "$doc/changelog.Debian" <<EOF
