@@ -210,6 +210,31 @@ impl GeneratorSlot {
         }
     }
 
+    /// Opens a generator of a fixed machine id above the floor its state file records. A file
+    /// that cannot be read exactly leaves the generator closed: `cosid_next()` refuses and says
+    /// why, and the file is left as it is. So does a machine id the layout refuses: a wrong id is
+    /// never issued.
+    pub fn open_above_state_file(&self, file: &str, machine_id: u32) {
+        let layout = self.config().layout;
+        match local_state::fixed_floor_ticks(file, &layout, self.namespace(), machine_id) {
+            Ok(floor_ticks) => match self.state.open(&layout, machine_id, floor_ticks) {
+                Ok(()) => {
+                    self.lease.set_problem(LeaseProblem::None);
+                    self.lease.set_state(LeaseState::Up);
+                }
+                Err(why) => {
+                    self.lease.set_state(LeaseState::Stopped);
+                    self.lease.last_error.store(&why.to_string());
+                }
+            },
+            Err(unusable) => {
+                self.lease.set_problem(LeaseProblem::StateFile);
+                self.lease.last_error.store(&unusable.to_string());
+                self.lease.set_state(LeaseState::Stopped);
+            }
+        }
+    }
+
     pub fn is_live(&self) -> bool {
         self.phase.load(Ordering::Acquire) == Phase::Live as u32
     }
@@ -393,29 +418,9 @@ fn fresh_state() -> SharedState {
     *slot.phase.get_mut() = Phase::Live as u32;
     match &settings.machine {
         MachineSource::Fixed(machine_id) => {
-            let layout = &settings.config.layout;
-            // A file that cannot be read exactly leaves the generator closed: `cosid_next()`
-            // refuses and reports why (this hook may not raise), and the state writer leaves the
-            // file as it is.
-            let file = local_state::file_for(None);
-            match local_state::fixed_floor_ticks(&file, layout, &settings.namespace, *machine_id) {
-                Ok(floor_ticks) => {
-                    // The machine id was checked against the layout with the settings; a
-                    // refusal here leaves the generator stopped rather than issue a wrong id.
-                    match slot.state.open(layout, *machine_id, floor_ticks) {
-                        Ok(()) => slot.lease.set_state(LeaseState::Up),
-                        Err(why) => {
-                            slot.lease.set_state(LeaseState::Stopped);
-                            slot.lease.last_error.store(&why.to_string());
-                        }
-                    }
-                }
-                Err(unusable) => {
-                    slot.lease.set_problem(LeaseProblem::StateFile);
-                    slot.lease.last_error.store(&unusable.to_string());
-                    slot.lease.set_state(LeaseState::Stopped);
-                }
-            }
+            // The machine id was checked against the layout with the settings. This hook may
+            // not raise: a refusal is reported through the status and cosid_next().
+            slot.open_above_state_file(&local_state::file_for(None), *machine_id);
         }
         MachineSource::Missing(_) => slot.lease.set_state(LeaseState::Stopped),
         MachineSource::Leased(_) => slot.lease.set_state(LeaseState::Claiming),

@@ -352,24 +352,7 @@ impl Fixed<'_> {
             ));
             return;
         }
-        match local_state::fixed_floor_ticks(&self.file, &layout, slot.namespace(), self.machine_id)
-        {
-            Ok(floor_ticks) => match slot.state.open(&layout, self.machine_id, floor_ticks) {
-                Ok(()) => {
-                    slot.lease.set_problem(LeaseProblem::None);
-                    slot.lease.set_state(LeaseState::Up);
-                }
-                Err(why) => {
-                    slot.lease.set_state(LeaseState::Stopped);
-                    slot.lease.last_error.store(&why.to_string());
-                }
-            },
-            Err(unusable) => {
-                slot.lease.set_problem(LeaseProblem::StateFile);
-                slot.lease.last_error.store(&unusable.to_string());
-                slot.lease.set_state(LeaseState::Stopped);
-            }
-        }
+        slot.open_above_state_file(&self.file, self.machine_id);
     }
 
     /// Writes the floor when due, padded by the interval: ids may be issued until the next write.
