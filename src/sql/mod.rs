@@ -123,8 +123,8 @@ fn decoded_tupdesc(fcinfo: pg_sys::FunctionCallInfo) -> PgTupleDesc<'static> {
     if class != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE || tupdesc.is_null() {
         decoded_type_error("the function does not return a composite type".to_string()).raise();
     }
-    // SAFETY: tupdesc is the copy made above; PgTupleDesc frees it when dropped.
-    let tupdesc = unsafe { PgTupleDesc::from_pg_copy(tupdesc) };
+    // SAFETY: tupdesc is the copy made above, ours alone; PgTupleDesc frees it when dropped.
+    let tupdesc = unsafe { PgTupleDesc::from_pg_is_copy(tupdesc) };
     let expected = [pg_sys::TIMESTAMPTZOID, pg_sys::INT4OID, pg_sys::INT4OID];
     let types: Vec<pg_sys::Oid> = tupdesc
         .iter()
