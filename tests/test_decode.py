@@ -8,6 +8,7 @@ extension, against a real server:
   after ALTER EXTENSION cosid UPDATE the new functions give the same parts for CosId's test
   vectors of the four layouts (tests/vectors/cosid-layouts.json);
 - the update refuses, and changes nothing, while a view or a function depends on cosid_decode;
+- an altered cosid.decoded is refused (42804), never misread;
 - every member of the extension has a catalog comment, after CREATE EXTENSION and after an
   update, and the check names a member that has none."""
 
@@ -110,6 +111,25 @@ class Decode(unittest.TestCase):
         self.assertEqual(decode_functions(self.cluster, db), [
             ["cosid_decode(bigint)", "cosid.decoded", "f", "s", "t", "s"],
             ["cosid_decode(bigint,text)", "cosid.decoded", "f", "s", "t", "s"]])
+
+    def test_an_altered_result_type_is_refused_not_misread(self):
+        db = self.database("decode_altered")
+        # Only its owner (a superuser) can alter it; cosid_decode then refuses instead of
+        # writing its parts into attributes of other types.
+        for alteration in ["ALTER ATTRIBUTE machine_id TYPE text",
+                           "DROP ATTRIBUTE sequence, ADD ATTRIBUTE sequence integer"]:
+            with self.subTest(alteration=alteration):
+                self.cluster.query(f"DROP EXTENSION cosid; CREATE EXTENSION cosid; "
+                                   f"ALTER TYPE cosid.decoded {alteration}", db)
+                for call in ["cosid_decode(1)", "cosid_decode(1, 'default')"]:
+                    with self.assertRaises(SqlError) as raised:
+                        self.cluster.query(f"SELECT {call}", db)
+                    self.assertEqual(raised.exception.sqlstate, "42804")
+                    self.assertIn("cosid_decode's result type is not cosid.decoded as cosid "
+                                  "defines it", raised.exception.message)
+        self.cluster.query("DROP EXTENSION cosid; CREATE EXTENSION cosid", db)
+        self.assertEqual(self.cluster.query("SELECT cosid_decode(1)", db),
+                         '("2019-12-24 16:00:00+00",0,1)')
 
     def vector_parts(self, db, form):
         """Each test vector's id decoded by the named generator of its layout, and by the default
