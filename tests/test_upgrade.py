@@ -101,7 +101,8 @@ SELECT line FROM (
               FROM pg_index WHERE indrelid IN (SELECT oid FROM rels)
   UNION ALL SELECT 'trigger ' || pg_get_triggerdef(oid)
               FROM pg_trigger WHERE tgrelid IN (SELECT oid FROM rels) AND NOT tgisinternal
-  UNION ALL SELECT 'type ' || t.oid::regtype || ' owner ' || t.typowner::regrole
+  UNION ALL SELECT 'type ' || t.oid::regtype || ' owner ' || t.typowner::regrole || ' comment '
+                   || coalesce(obj_description(t.oid, 'pg_type'), '')
               FROM pg_type t WHERE t.typnamespace IN (SELECT oid FROM ns)
 ) facts ORDER BY line
 """

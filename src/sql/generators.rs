@@ -342,7 +342,26 @@ fn remember_for_this_call_site(fcinfo: pg_sys::FunctionCallInfo, slot: &'static 
     }
 }
 
-#[pg_extern(name = "cosid_decode", stable, strict, parallel_safe)]
+/// The parts of an id of that generator, of type `cosid.decoded`. Its C symbol is new in 0.4.0,
+/// as `cosid_decode_v4`'s is.
+#[pg_extern(
+    name = "cosid_decode",
+    stable,
+    strict,
+    parallel_safe,
+    requires = ["decoded_type"]
+)]
+fn cosid_decode_named_v4(
+    id: i64,
+    generator: GeneratorName,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> composite_type!('static, "cosid.decoded") {
+    decoded(&generator_layout(&generator), id, fcinfo)
+}
+
+/// `cosid_decode(id, generator)` as cosid 0.3.0 declares it, set-returning, for its SQL until
+/// `ALTER EXTENSION cosid UPDATE`.
+#[pg_extern(sql = false, stable, strict, parallel_safe)]
 fn cosid_decode_named(
     id: i64,
     generator: GeneratorName,
@@ -354,10 +373,7 @@ fn cosid_decode_named(
         name!(sequence, i32),
     ),
 > {
-    let layout = generator_layout(&generator);
-    let parts = decompose_or_raise(&layout, id);
-    let ts = timestamptz(layout.ticks_to_unix_ms(parts.ticks)).or_raise();
-    TableIterator::once((ts, parts.machine_id as i32, parts.sequence as i32))
+    TableIterator::once(decoded_parts(&generator_layout(&generator), id))
 }
 
 #[pg_extern(name = "cosid_timestamp", stable, strict, parallel_safe)]

@@ -38,6 +38,8 @@ SELECT cosid_from_timestamp(cosid_timestamp(295913926632165376)) <= 295913926632
 
 -- NULL in, NULL out.
 SELECT cosid_friendly(NULL), cosid_from_radix62(NULL), cosid_timestamp(NULL);
+SELECT id, cosid_decode(id), (cosid_decode(id, 'default')).machine_id
+  FROM (VALUES (295913926632165376), (NULL)) v(id);
 
 -- Bad arguments: 22003 for numbers out of range, 22023 for text that is not an id, 22008 for
 -- timestamps outside the layout.

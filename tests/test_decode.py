@@ -1,0 +1,244 @@
+"""cosid_decode as one value of type cosid.decoded per call, and a comment on every object of the
+extension, against a real server:
+
+- `SELECT id, cosid_decode(id) FROM t` keeps the rows whose id is NULL (NULL in, NULL out), with
+  and without a generator's name; `(cosid_decode(id)).ts` and `SELECT * FROM cosid_decode(id)`
+  give the columns ts, machine_id and sequence, of the types they had;
+- the SQL of 0.3.0 (set-returning, through the old C symbols) keeps working on this library, and
+  after ALTER EXTENSION cosid UPDATE the new functions give the same parts for CosId's test
+  vectors of the four layouts (tests/vectors/cosid-layouts.json);
+- the update refuses, and changes nothing, while a view or a function depends on cosid_decode;
+- an altered cosid.decoded is refused (42804), never misread;
+- every member of the extension has a catalog comment, after CREATE EXTENSION and after an
+  update, and the check names a member that has none."""
+
+import json
+import unittest
+
+from pgcluster import ROOT, Cluster, SqlError, free_port
+from test_layouts import wait_for_answer
+
+VECTORS = json.loads((ROOT / "tests" / "vectors" / "cosid-layouts.json").read_text())["layouts"]
+# CosId's own test vector in the default layout, on a server with machine id 5.
+VECTOR_ID = 295913926632165376
+VECTOR_PARTS = ["2022-03-20 05:36:17.924+00", "5", "0"]
+
+# Every member of the extension without a catalog comment, described as \dx+ does. Any kind:
+# functions, views, tables, types, the schema, and whatever other parts add.
+MISSING_COMMENTS = """
+SELECT pg_describe_object(d.classid, d.objid, 0)
+  FROM pg_depend d
+ WHERE d.refclassid = 'pg_extension'::regclass
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'cosid')
+   AND d.deptype = 'e'
+   AND obj_description(d.objid, d.classid::regclass::text) IS NULL
+ ORDER BY 1"""
+
+
+def decode_functions(cluster, db):
+    """cosid_decode's forms: signature, result type, whether it returns a set, and its labels."""
+    return cluster.rows(
+        "SELECT p.oid::regprocedure, p.prorettype::regtype, p.proretset, p.provolatile, "
+        "p.proisstrict, p.proparallel FROM pg_proc p WHERE p.proname = 'cosid_decode' "
+        "ORDER BY 1::text", db)
+
+
+class Decode(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster("decode", free_port(25780),
+                              {"cosid.distributor": "manual", "cosid.machine_id": 5}).init()
+        cls.cluster.start()
+        cls.cluster.query("CREATE EXTENSION cosid")
+        cls.cluster.query("SET timezone = 'UTC'")
+        cls.cluster.query("ALTER DATABASE postgres SET timezone = 'UTC'")
+        for layout in VECTORS:
+            cls.cluster.query(f"SELECT cosid_create_generator('v_{layout}', '{layout}')")
+        # Named generators are known everywhere within about a second.
+        for layout in VECTORS:
+            wait_for_answer(cls.cluster, f"SELECT cosid_timestamp(0, 'v_{layout}')", {"42704"})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def database(self, name, version=None):
+        """A new database with cosid, of this version or the one given."""
+        self.cluster.query(f"DROP DATABASE IF EXISTS {name}")
+        self.cluster.query(f"CREATE DATABASE {name}")
+        self.cluster.query(f"ALTER DATABASE {name} SET timezone = 'UTC'")
+        self.cluster.query("CREATE EXTENSION cosid" + (f" VERSION '{version}'" if version else ""),
+                           name)
+        return name
+
+    def test_null_ids_keep_their_rows(self):
+        db = self.database("decode_nulls")
+        self.cluster.query(f"CREATE TABLE t (n integer, id bigint); "
+                           f"INSERT INTO t VALUES (1, {VECTOR_ID}), (2, NULL), (3, 0)", db)
+        for call in ["cosid_decode(id)", "cosid_decode(id, 'default')"]:
+            with self.subTest(call=call):
+                self.assertEqual(
+                    self.cluster.rows(f"SELECT n, {call} FROM t ORDER BY n", db),
+                    [["1", f'("{VECTOR_PARTS[0]}",5,0)'], ["2", ""],
+                     ["3", '("2019-12-24 16:00:00+00",0,0)']])
+                self.assertEqual(
+                    self.cluster.rows(f"SELECT n, {call} IS NULL, ({call}).ts, ({call}).machine_id, "
+                                      f"({call}).sequence FROM t ORDER BY n", db),
+                    [["1", "f", *VECTOR_PARTS], ["2", "t", "", "", ""],
+                     ["3", "f", "2019-12-24 16:00:00+00", "0", "0"]])
+                # In FROM, a NULL id gives one row of NULLs too.
+                self.assertEqual(
+                    self.cluster.rows(f"SELECT t.n, d.* FROM t, {call.replace('(id', '(t.id')} d "
+                                      "ORDER BY t.n", db),
+                    [["1", *VECTOR_PARTS], ["2", "", "", ""],
+                     ["3", "2019-12-24 16:00:00+00", "0", "0"]])
+                self.assertEqual(self.cluster.rows(f"SELECT count(*) FROM t WHERE {call} IS NULL",
+                                                   db), [["1"]])
+
+    def test_select_star_keeps_its_columns_and_types(self):
+        db = self.database("decode_columns")
+        for n, call in enumerate([f"cosid_decode({VECTOR_ID})",
+                                  f"cosid_decode({VECTOR_ID}, 'default')"]):
+            with self.subTest(call=call):
+                self.assertEqual(self.cluster.rows(f"SELECT * FROM {call}", db), [VECTOR_PARTS])
+                self.cluster.query(f"CREATE VIEW star_{n} AS SELECT * FROM {call}", db)
+                self.assertEqual(self.cluster.rows(
+                    "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                    f"WHERE attrelid = 'star_{n}'::regclass AND attnum > 0 ORDER BY attnum", db),
+                    [["ts", "timestamp with time zone"], ["machine_id", "integer"],
+                     ["sequence", "integer"]])
+        # One value per call, with the labels of 0.3.0: stable, strict, parallel safe.
+        self.assertEqual(decode_functions(self.cluster, db), [
+            ["cosid_decode(bigint)", "cosid.decoded", "f", "s", "t", "s"],
+            ["cosid_decode(bigint,text)", "cosid.decoded", "f", "s", "t", "s"]])
+
+    def test_an_altered_result_type_is_refused_not_misread(self):
+        db = self.database("decode_altered")
+        # Only its owner (a superuser) can alter it; cosid_decode then refuses instead of
+        # writing its parts into attributes of other types.
+        for alteration in ["ALTER ATTRIBUTE machine_id TYPE text",
+                           "DROP ATTRIBUTE sequence, ADD ATTRIBUTE sequence integer"]:
+            with self.subTest(alteration=alteration):
+                self.cluster.query(f"DROP EXTENSION cosid; CREATE EXTENSION cosid; "
+                                   f"ALTER TYPE cosid.decoded {alteration}", db)
+                for call in ["cosid_decode(1)", "cosid_decode(1, 'default')"]:
+                    with self.assertRaises(SqlError) as raised:
+                        self.cluster.query(f"SELECT {call}", db)
+                    self.assertEqual(raised.exception.sqlstate, "42804")
+                    self.assertIn("cosid_decode's result type is not cosid.decoded as cosid "
+                                  "defines it", raised.exception.message)
+        self.cluster.query("DROP EXTENSION cosid; CREATE EXTENSION cosid", db)
+        self.assertEqual(self.cluster.query("SELECT cosid_decode(1)", db),
+                         '("2019-12-24 16:00:00+00",0,1)')
+
+    def vector_parts(self, db, form):
+        """Each test vector's id decoded by the named generator of its layout, and by the default
+        generator for the millisecond layout's ids, in `form` ('from' or 'value'): rows of
+        [kind, n, ts, ts in Unix ms, machine_id, sequence]."""
+        values = ",\n".join(
+            f"({n}, {v['id']}::bigint, 'v_{layout}')"
+            for index, (layout, cosid) in enumerate(VECTORS.items())
+            for n, v in enumerate(cosid["vectors"], start=1000 * index))
+        named, default = {
+            "from": ("SELECT v.n, d.* FROM vectors v, cosid_decode(v.id, v.g) d",
+                     "SELECT v.n, d.* FROM vectors v, cosid_decode(v.id) d "
+                     "WHERE v.g = 'v_millisecond'"),
+            "value": ("SELECT v.n, (cosid_decode(v.id, v.g)).* FROM vectors v",
+                      "SELECT v.n, (cosid_decode(v.id)).* FROM vectors v "
+                      "WHERE v.g = 'v_millisecond'"),
+        }[form]
+        return self.cluster.rows(
+            f"CREATE TEMP VIEW vectors AS SELECT * FROM (VALUES {values}) v(n, id, g);\n"
+            "SELECT kind, n, ts, (extract(epoch FROM ts) * 1000)::bigint, machine_id, sequence "
+            f"FROM (SELECT 'named', * FROM ({named}) a UNION ALL "
+            f"SELECT 'default', * FROM ({default}) b) x(kind, n, ts, machine_id, sequence) "
+            "ORDER BY 1, 2", db)
+
+    def test_same_parts_as_0_3_0_for_the_test_vectors(self):
+        db = self.database("decode_from_030", "0.3.0")
+        # The SQL of 0.3.0 runs on this library: set-returning, through the old C symbols.
+        self.assertEqual([row[1:3] for row in decode_functions(self.cluster, db)],
+                         [["record", "t"], ["record", "t"]])
+        before = self.vector_parts(db, "from")
+        self.cluster.query("ALTER EXTENSION cosid UPDATE", db)
+        self.assertEqual([row[1:3] for row in decode_functions(self.cluster, db)],
+                         [["cosid.decoded", "f"], ["cosid.decoded", "f"]])
+        self.assertEqual(self.vector_parts(db, "from"), before)
+        self.assertEqual(self.vector_parts(db, "value"), before)
+        # And they are CosId's.
+        expected = []
+        for index, (layout, cosid) in enumerate(VECTORS.items()):
+            for n, v in enumerate(cosid["vectors"], start=1000 * index):
+                parts = [v["timestamp_ms"], v["machine_id"], v["sequence"]]
+                expected.append(["named", n, *parts])
+                if layout == "millisecond":
+                    expected.append(["default", n, *parts])
+        got = [[kind, int(n), int(ms), int(machine), int(sequence)]
+               for kind, n, _, ms, machine, sequence in before]
+        self.assertEqual(sorted(got), sorted(expected))
+        self.assertGreaterEqual(len(got), 32)
+
+    def test_update_refuses_while_objects_depend_on_cosid_decode(self):
+        db = self.database("decode_dependents", "0.3.0")
+        self.cluster.query(
+            "CREATE TABLE orders (id bigint); "
+            f"INSERT INTO orders VALUES ({VECTOR_ID}), (NULL); "
+            "CREATE VIEW order_parts AS SELECT o.id, d.* FROM orders o, cosid_decode(o.id) d; "
+            "CREATE FUNCTION machine_of(bigint) RETURNS integer "
+            "BEGIN ATOMIC SELECT machine_id FROM cosid_decode($1, 'default'); END", db)
+        with self.assertRaises(SqlError) as raised:
+            self.cluster.query("ALTER EXTENSION cosid UPDATE", db)
+        self.assertEqual(raised.exception.sqlstate, "2BP01")
+        self.assertIn("cannot update cosid while other objects depend on cosid_decode",
+                      raised.exception.message)
+        self.assertIn("These objects depend on it: function public.machine_of(bigint), "
+                      "view public.order_parts.", raised.exception.stderr)
+        self.assertIn("Nothing was changed.", raised.exception.stderr)
+        # Nothing was: 0.3.0, its functions, and the view as it was (NULL ids dropped).
+        self.assertEqual(self.cluster.query(
+            "SELECT extversion FROM pg_extension WHERE extname = 'cosid'", db), "0.3.0")
+        self.assertEqual(self.cluster.rows("SELECT * FROM order_parts", db),
+                         [[str(VECTOR_ID), *VECTOR_PARTS]])
+        self.assertEqual(self.cluster.query("SELECT machine_of(0)", db), "0")
+        # Dropped, updated and created again, the same definitions keep every row.
+        self.cluster.query("DROP VIEW order_parts; DROP FUNCTION machine_of(bigint)", db)
+        self.cluster.query("ALTER EXTENSION cosid UPDATE", db)
+        self.cluster.query(
+            "CREATE VIEW order_parts AS SELECT o.id, d.* FROM orders o, cosid_decode(o.id) d; "
+            "CREATE FUNCTION machine_of(bigint) RETURNS integer "
+            "BEGIN ATOMIC SELECT machine_id FROM cosid_decode($1, 'default'); END", db)
+        self.assertEqual(self.cluster.rows("SELECT * FROM order_parts ORDER BY id", db),
+                         [[str(VECTOR_ID), *VECTOR_PARTS], ["", "", "", ""]])
+        self.assertEqual(self.cluster.query(f"SELECT machine_of({VECTOR_ID})", db), "5")
+        # From 0.4.0 on, a DEFAULT may use it (a set-returning function may not).
+        self.cluster.query("CREATE TABLE stamped (id bigint DEFAULT cosid_next(), "
+                           "machine integer DEFAULT (cosid_decode(cosid_next())).machine_id)", db)
+        self.cluster.query("INSERT INTO stamped DEFAULT VALUES", db)
+        self.assertEqual(self.cluster.query("SELECT machine FROM stamped", db), "5")
+
+    def test_every_member_of_the_extension_has_a_comment(self):
+        self.assertEqual(self.cluster.rows(MISSING_COMMENTS), [])
+        self.assertGreaterEqual(int(self.cluster.query(
+            "SELECT count(*) FROM pg_depend WHERE deptype = 'e' AND refobjid = "
+            "(SELECT oid FROM pg_extension WHERE extname = 'cosid')")), 38)
+        for version in ["0.1.0", "0.3.0"]:
+            with self.subTest(updated_from=version):
+                db = self.database("comments_from_" + version.replace(".", ""), version)
+                self.assertNotEqual(self.cluster.rows(MISSING_COMMENTS, db), [],
+                                    "the check finds nothing to check")
+                self.cluster.query("ALTER EXTENSION cosid UPDATE", db)
+                self.assertEqual(self.cluster.rows(MISSING_COMMENTS, db), [])
+        # The check names what has no comment: one taken away, and a new member without one.
+        db = self.database("comments_missing")
+        self.cluster.query(
+            "COMMENT ON FUNCTION cosid_next() IS NULL; COMMENT ON SCHEMA cosid IS NULL; "
+            "CREATE TYPE cosid.extra AS (a integer); ALTER EXTENSION cosid ADD TYPE cosid.extra; "
+            "CREATE VIEW cosid.extra_view AS SELECT 1 AS one; "
+            "ALTER EXTENSION cosid ADD VIEW cosid.extra_view", db)
+        self.assertEqual(self.cluster.rows(MISSING_COMMENTS, db),
+                         [["function cosid_next()"], ["schema cosid"], ["type cosid.extra"],
+                          ["view cosid.extra_view"]])
+
+
+if __name__ == "__main__":
+    unittest.main()
