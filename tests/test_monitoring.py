@@ -7,9 +7,9 @@ import subprocess
 import time
 import unittest
 
-from pgcluster import SqlError, free_port
+from pgcluster import Cluster, SqlError, free_port
 from test_hostile import query_as
-from test_lease import fake_claim, lease_cluster, wait_for, wait_up
+from test_lease import FAST_LEASES, fake_claim, lease_cluster, wait_for, wait_up
 
 # What a member of pg_monitor may use in schema cosid; everything else there is refused.
 MONITOR_FUNCTIONS = {"cosid.generator_status()", "cosid.lease_rows()",
@@ -115,11 +115,13 @@ class Monitoring(unittest.TestCase):
         self.assertNotIn("token", columns)
 
     def test_pg_monitor_sees_the_kind_of_a_store_error_not_its_text(self):
-        # A shared store nobody answers at: the error names its address and user.
-        dead_port = free_port(25719)
-        cluster = self.track(lease_cluster("monitor-error", 25711, **{
-            "cosid.lease_store": f"'host=127.0.0.1 port={dead_port} user=store_secret_user "
-                                 "dbname=store_secret_db connect_timeout=1'"}))
+        # A shared store (the server itself) that refuses the store's role: the error names it.
+        port = free_port(25711)
+        cluster = self.track(Cluster("monitor-error", port, {
+            **FAST_LEASES,
+            "cosid.lease_store": f"'host=127.0.0.1 port={port} user=store_secret_user "
+                                 "dbname=store_secret_db connect_timeout=2'"}).init())
+        cluster.start()
         notice = create_extension(cluster)
         self.assertIn("NOTICE:  00000: cosid leases its machine ids from the shared lease store "
                       "of cosid.lease_store", notice)
@@ -128,13 +130,13 @@ class Monitoring(unittest.TestCase):
         full = wait_for(lambda: cluster.query(
             "SELECT last_error FROM cosid.status WHERE name = 'default'"), 15,
             "a lease error in cosid.status")
-        self.assertIn(str(dead_port), full, "the superuser sees the error's text")
+        self.assertIn("store_secret_user", full, "the superuser sees the error's text")
         shown = query_as(cluster, "watcher",
                          "SELECT state, last_error FROM cosid.status WHERE name = 'default'")
         self.assertNotEqual(shown.split("|")[0], "UP")
         self.assertEqual(shown.split("|")[1],
                          "the lease store failed (its error is shown to superusers only)")
-        for secret in (str(dead_port), "127.0.0.1", "store_secret"):
+        for secret in (str(port), "127.0.0.1", "store_secret"):
             self.assertNotIn(secret, shown)
         # Without a lease there is no deadline.
         self.assertEqual(deadline_row(cluster, "watcher")["null"], "t")

@@ -474,8 +474,9 @@ GRANT SELECT ON TABLE cosid.status TO pg_monitor;
 );
 
 // A database other than cosid.database shows no leases in cosid.leases, while cosid.status says
-// UP: said once, where it is set up. The settings exist here, since creating the functions above
-// loaded the library.
+// UP: said once, where it is set up, when the server's machine id is leased. The settings exist here, since creating the functions above
+// loaded the library. CREATE EXTENSION runs its script with client_min_messages at least
+// warning (and restores it afterwards), which would hide a NOTICE: it is lowered for this one.
 extension_sql!(
     r#"
 DO $where$
@@ -483,6 +484,10 @@ DECLARE
     v_database text := pg_catalog.current_setting('cosid.database', true);
     v_store    text := pg_catalog.current_setting('cosid.lease_store', true);
 BEGIN
+    IF pg_catalog.current_setting('cosid.distributor', true) IS DISTINCT FROM 'lease' THEN
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.set_config('client_min_messages', 'notice', true);
     IF pg_catalog.length(v_store) OPERATOR(pg_catalog.>) 0 THEN
         RAISE NOTICE 'cosid leases its machine ids from the shared lease store of cosid.lease_store'
             USING DETAIL = 'The leases of this server are in cosid.leases of the store''s database; cosid.leases in this database shows none of them.',
