@@ -222,8 +222,14 @@ mod tests {
     fn a_deadline_is_shown_at_its_distance_from_now() {
         let now_unix = 1_700_000_000_000;
         assert_eq!(deadline_unix_ms(u64::MAX, 5_000, now_unix), None);
-        assert_eq!(deadline_unix_ms(8_600, 5_000, now_unix), Some(now_unix + 3_600));
-        assert_eq!(deadline_unix_ms(4_000, 5_000, now_unix), Some(now_unix - 1_000));
+        assert_eq!(
+            deadline_unix_ms(8_600, 5_000, now_unix),
+            Some(now_unix + 3_600)
+        );
+        assert_eq!(
+            deadline_unix_ms(4_000, 5_000, now_unix),
+            Some(now_unix - 1_000)
+        );
         assert_eq!(deadline_unix_ms(5_000, 5_000, now_unix), Some(now_unix));
         assert_eq!(deadline_unix_ms(u64::MAX - 1, 0, now_unix), Some(i64::MAX));
     }

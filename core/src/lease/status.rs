@@ -287,7 +287,10 @@ mod tests {
             assert!(!summary.is_empty());
             assert!(!summaries[..i].contains(summary), "{summary}");
             // Fixed sentences: nothing of a connection string or a path can be in them.
-            assert!(!summary.contains('=') && !summary.contains('/'), "{summary}");
+            assert!(
+                !summary.contains('=') && !summary.contains('/'),
+                "{summary}"
+            );
         }
     }
 }
