@@ -179,6 +179,22 @@ class Monitoring(unittest.TestCase):
                        "the lease to be lost")
         self.assertEqual(row["null"], "t", row)
 
+    def test_status_of_0_3_0_is_served_until_the_update(self):
+        cluster = self.track(lease_cluster("monitor-update", 25714))
+        cluster.query("CREATE EXTENSION cosid VERSION '0.3.0'")
+        wait_up(cluster)
+        # The SQL of 0.3.0 is bound to the symbol of 0.3.0, which this library keeps.
+        self.assertEqual(cluster.query(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_schema = 'cosid' AND table_name = 'status'"), "25")
+        self.assertEqual(cluster.query("SELECT state FROM cosid.status"), "UP")
+        cluster.query("ALTER EXTENSION cosid UPDATE")
+        self.assertEqual(cluster.query(
+            "SELECT state, deadline > clock_timestamp(), safe_guard_margin FROM cosid.status"),
+            "UP|t|00:00:00.4")
+        cluster.query("CREATE ROLE watcher LOGIN IN ROLE pg_monitor")
+        self.assertEqual(query_as(cluster, "watcher", "SELECT count(*) FROM cosid.leases"), "1")
+
 
 class WhereTheLeasesLive(unittest.TestCase):
     def tearDown(self):

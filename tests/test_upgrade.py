@@ -218,7 +218,7 @@ class Upgrade(unittest.TestCase):
         self.assertIn(f"extension version {CURRENT}", fresh)
         self.assertNotEqual(before, fresh, "the test compares nothing")
         self.assertEqual(updated, fresh)
-        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 25)
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 27)
         # From 0.2.0, whose install script is kept: the same catalog as a fresh install.
         cluster.query("CREATE DATABASE from_020")
         cluster.query("CREATE EXTENSION cosid VERSION '0.2.0'", "from_020")
@@ -230,6 +230,7 @@ class Upgrade(unittest.TestCase):
         # From 0.3.0, whose install script is kept.
         cluster.query("CREATE DATABASE from_030")
         cluster.query("CREATE EXTENSION cosid VERSION '0.3.0'", "from_030")
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "from_030")[0]), 25)
         cluster.query("ALTER EXTENSION cosid UPDATE", "from_030")
         self.assertEqual(catalog(cluster, "from_030"), fresh)
         cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
