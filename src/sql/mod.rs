@@ -342,8 +342,8 @@ type StatusRow = (
 /// The columns of `cosid.status` new in 0.4.0.
 struct StatusExtra {
     /// When `cosid_next()` starts refusing unless a renewal succeeds first: the local deadline,
-    /// on the wall clock. NULL when nothing but a renewal failure would stop generation (no
-    /// deadline: a fixed machine id) or when the generator has no machine id (it refuses now).
+    /// on the wall clock. NULL without a deadline (a fixed machine id, or cosid.fail_fast off)
+    /// and when the generator has no machine id (it refuses already).
     deadline: Option<TimestampWithTimeZone>,
     /// The part of the safe guard kept back for clock skew: the deadline is the sending of the
     /// last successful renewal plus safe_guard_duration minus this.
@@ -395,6 +395,8 @@ fn status_rows() -> Vec<(String, StatusRow, StatusExtra)> {
                         }
                     }),
             };
+            // Read before last_renewed_at: the worker publishes a renewal before the deadline it
+            // gives, so the deadline shown is never later than last_renewed_at allows.
             let deadline = cosid_core::lease::deadline_unix_ms(
                 slot.state.deadline_ms(),
                 now_monotonic_ms,
