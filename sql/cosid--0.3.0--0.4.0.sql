@@ -3,6 +3,10 @@
 -- functions below, so run earlier it fails and changes nothing.
 \echo Use "ALTER EXTENSION cosid UPDATE" to load this file. \quit
 
+-- <monitoring>
+-- Members of pg_monitor read cosid.leases (through the lease store's update to 0.4.0) and
+-- cosid.status, which gains the local deadline and the safe guard's margin.
+
 -- <lease store>: the statements of lease_store--0.3.0--0.4.0.sql, word for word (an update
 -- script cannot include a file; a test compares the two).
 -- Updates a cosid lease store from version 0.3.0 to 0.4.0, while it is in use. For a shared
@@ -90,9 +94,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT '0.4.0'::text $$;
 -- </lease store>
 
--- Monitoring: cosid.status gains the local deadline and the safe guard's margin, and members of
--- pg_monitor read it (a lease error's text only for superusers). Its function is a new C symbol
--- of the 0.4.0 library.
+-- cosid.status gains the local deadline and the safe guard's margin, and members of pg_monitor
+-- read it (a lease error's text only for superusers). Its function is a new C symbol of the
+-- 0.4.0 library.
 DROP VIEW cosid.status;
 DROP FUNCTION cosid.generator_status();
 CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (

@@ -217,6 +217,17 @@ class WhereTheLeasesLive(unittest.TestCase):
         self.assertEqual(cluster.query("SELECT state FROM cosid.status", "app"), "UP")
         self.assertEqual(cluster.query("SELECT machine_id FROM cosid.leases"), up["machine_id"])
 
+    def test_a_fixed_machine_id_has_no_deadline_and_no_leases_to_point_to(self):
+        cluster = Cluster("monitor-manual", free_port(25715),
+                          {"cosid.distributor": "manual", "cosid.machine_id": 7}).init()
+        self.clusters = [cluster]
+        cluster.start()
+        cluster.query("CREATE DATABASE app")
+        self.assertEqual(create_extension(cluster, "app"), "", "no lease, nothing to point to")
+        self.assertEqual(cluster.query(
+            "SELECT state, machine_id, deadline IS NULL, safe_guard_margin IS NULL "
+            "FROM cosid.status", "app"), "UP|7|t|t")
+
 
 if __name__ == "__main__":
     unittest.main()
