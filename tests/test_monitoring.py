@@ -216,6 +216,11 @@ class WhereTheLeasesLive(unittest.TestCase):
         self.assertEqual(cluster.query("SELECT count(*) FROM cosid.leases", "app"), "0")
         self.assertEqual(cluster.query("SELECT state FROM cosid.status", "app"), "UP")
         self.assertEqual(cluster.query("SELECT machine_id FROM cosid.leases"), up["machine_id"])
+        # Showing the NOTICE changes no setting of the session that created the extension.
+        cluster.query("CREATE DATABASE app2")
+        self.assertEqual(cluster.query(
+            "SET client_min_messages = warning; BEGIN; CREATE EXTENSION cosid; "
+            "SHOW client_min_messages; COMMIT", "app2"), "warning")
 
     def test_a_fixed_machine_id_has_no_deadline_and_no_leases_to_point_to(self):
         cluster = Cluster("monitor-manual", free_port(25715),

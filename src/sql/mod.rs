@@ -478,13 +478,16 @@ GRANT SELECT ON TABLE cosid.status TO pg_monitor;
 // A database other than cosid.database shows no leases in cosid.leases, while cosid.status says
 // UP: said once, where it is set up, when the server's machine id is leased. The settings exist here, since creating the functions above
 // loaded the library. CREATE EXTENSION runs its script with client_min_messages at least
-// warning (and restores it afterwards), which would hide a NOTICE: it is lowered for this one.
+// warning, which would hide a NOTICE: it is lowered for this one and set back right after, so
+// that nothing of it outlasts the script (a value set here would last to the end of the
+// transaction).
 extension_sql!(
     r#"
 DO $where$
 DECLARE
     v_database text := pg_catalog.current_setting('cosid.database', true);
     v_store    text := pg_catalog.current_setting('cosid.lease_store', true);
+    v_level    text := pg_catalog.current_setting('client_min_messages');
 BEGIN
     IF pg_catalog.current_setting('cosid.distributor', true) IS DISTINCT FROM 'lease' THEN
         RETURN;
@@ -499,6 +502,7 @@ BEGIN
             USING DETAIL = 'cosid.leases in this database shows no lease; cosid.status shows the generators of the whole server in every database.',
                   HINT = pg_catalog.format('See the leases with SELECT * FROM cosid.leases in database "%s".', v_database);
     END IF;
+    PERFORM pg_catalog.set_config('client_min_messages', v_level, true);
 END
 $where$;
 "#,
