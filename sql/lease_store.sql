@@ -1,4 +1,4 @@
--- cosid's lease store, version 0.3.0: the table of machine-id leases and the protocol that
+-- cosid's lease store, version 0.4.0: the table of machine-id leases and the protocol that
 -- claims, renews and releases them. Every holder calls these functions, so the rules live here
 -- once. CREATE EXTENSION cosid installs it; for a shared store of a fleet, run it with
 --   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store.sql
@@ -19,6 +19,8 @@
 --   and only on their own claim: nobody can read another holder's claim token.
 -- - Claims of a namespace are serialised by a row lock on a private table, which no other role
 --   can take.
+-- - Members of pg_monitor read cosid.leases (no claim token is in it) and nothing else: schema
+--   cosid, the view and the function behind it.
 
 -- Checks before anything is made. A schema cosid that somebody else created first would let its
 -- owner replace the table and the functions: refused. The roles may exist already (another
@@ -62,7 +64,7 @@ BEGIN
         PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
         PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
         RAISE WARNING 'a cosid lease store (version %) is installed in this database already; nothing was changed', v_found
-            USING DETAIL = 'This file installs version 0.3.0 into a database that has none. The rest of this session is read-only.',
+            USING DETAIL = 'This file installs version 0.4.0 into a database that has none. The rest of this session is read-only.',
                   HINT = pg_catalog.format('To update the store, run lease_store--%s--<next>.sql with psql -v ON_ERROR_STOP=1 --single-transaction, one version at a time.', v_found);
         PERFORM pg_catalog.set_config('search_path', v_path, true);
         RETURN;
@@ -78,7 +80,7 @@ END
 $roles$;
 
 CREATE SCHEMA IF NOT EXISTS cosid;
-GRANT USAGE ON SCHEMA cosid TO cosid_lease_owner, cosid_lease_holder;
+GRANT USAGE ON SCHEMA cosid TO cosid_lease_owner, cosid_lease_holder, pg_monitor;
 
 CREATE TABLE cosid.machine_lease (
     namespace      text        NOT NULL,
@@ -537,10 +539,11 @@ CREATE FUNCTION cosid.lease_store_version()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.3.0'::text $$;
+AS $$ SELECT '0.4.0'::text $$;
 
 -- Everything belongs to the NOLOGIN owner; holders (members of cosid_lease_holder) may only
--- call the protocol; the view and cosid.lease_retire() are for superusers.
+-- call the protocol; the view is for superusers and members of pg_monitor, cosid.lease_retire()
+-- for superusers.
 ALTER TABLE cosid.machine_lease OWNER TO cosid_lease_owner;
 ALTER TABLE cosid.lease_namespace OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
@@ -571,3 +574,6 @@ GRANT EXECUTE ON FUNCTION
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint) TO cosid_lease_holder;
+GRANT SELECT ON TABLE cosid.leases TO pg_monitor;
+-- A view's functions run with the privileges of its reader.
+GRANT EXECUTE ON FUNCTION cosid.lease_rows() TO pg_monitor;

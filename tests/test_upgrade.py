@@ -26,6 +26,7 @@ import unittest
 from clients import LoopingClients, run_session
 from fleet import FLEET_ROLE, LEASE_SQL, fleet_server, start_store
 from pgcluster import PG_CONFIG, ROOT, Cluster, SqlError, chown_to_postgres, free_port
+from test_hostile import query_as
 from test_lease import FAST_LEASES, machine_of, status, ts_ms_of, wait_for, wait_up
 
 PREVIOUS = "0.1.0"
@@ -35,8 +36,9 @@ CURRENT = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().
 SQL = ROOT / "sql"
 # The lease store's versions and update scripts, oldest first: a store is updated one version
 # at a time.
-STORE_VERSION = "0.3.0"
-STORE_UPDATES = [SQL / "lease_store--0.1.0--0.2.0.sql", SQL / "lease_store--0.2.0--0.3.0.sql"]
+STORE_VERSION = "0.4.0"
+STORE_UPDATES = [SQL / "lease_store--0.1.0--0.2.0.sql", SQL / "lease_store--0.2.0--0.3.0.sql",
+                 SQL / "lease_store--0.3.0--0.4.0.sql"]
 PG_MAJOR = subprocess.check_output([PG_CONFIG, "--version"], text=True).split()[1].split(".")[0]
 
 # Everything cosid's SQL defines, one sorted line per fact, so that two databases compare
@@ -217,7 +219,7 @@ class Upgrade(unittest.TestCase):
         self.assertIn(f"extension version {CURRENT}", fresh)
         self.assertNotEqual(before, fresh, "the test compares nothing")
         self.assertEqual(updated, fresh)
-        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 25)
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 27)
         # From 0.2.0, whose install script is kept: the same catalog as a fresh install.
         cluster.query("CREATE DATABASE from_020")
         cluster.query("CREATE EXTENSION cosid VERSION '0.2.0'", "from_020")
@@ -229,6 +231,7 @@ class Upgrade(unittest.TestCase):
         # From 0.3.0, whose install script is kept.
         cluster.query("CREATE DATABASE from_030")
         cluster.query("CREATE EXTENSION cosid VERSION '0.3.0'", "from_030")
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "from_030")[0]), 25)
         cluster.query("ALTER EXTENSION cosid UPDATE", "from_030")
         self.assertEqual(catalog(cluster, "from_030"), fresh)
         cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
@@ -506,7 +509,8 @@ class Upgrade(unittest.TestCase):
         self.assertEqual(store.query(
             f"SELECT cosid.lease_release('n', {machine_id}, 'first', 'tfirst', {now_ms})"), "t")
         before = catalog(store, "postgres")
-        update_store_from(store, STORE_UPDATES[1])
+        for update in STORE_UPDATES[1:]:
+            update_store_from(store, update)
         self.assertNotEqual(catalog(store, "postgres"), before, "the test compares nothing")
         self.assertEqual(catalog(store, "postgres"), catalog(fresh, "postgres"))
         self.assertEqual(store.query("SELECT cosid.lease_store_version()"), STORE_VERSION)
@@ -515,6 +519,23 @@ class Upgrade(unittest.TestCase):
         self.assertEqual(claim("second", b), ["layout", ""])
         # ...while the namespace's own layout takes the released machine id.
         self.assertIn(claim("third", a)[0], ("new", "released"))
+
+    def test_store_of_0_3_0_updated_lets_pg_monitor_read_the_leases(self):
+        # 0.4.0 changes no part of the protocol: members of pg_monitor read cosid.leases.
+        store = self.track(start_store("upgrade-monitor", 25750,
+                                       lease_sql=SQL / "lease_store--0.3.0.sql"))
+        fresh = self.track(start_store("upgrade-monitor-fresh", 25755))
+        store.query("CREATE ROLE watcher LOGIN IN ROLE pg_monitor")
+        with self.assertRaises(SqlError) as refused:
+            query_as(store, "watcher", "SELECT count(*) FROM cosid.leases")
+        self.assertEqual(refused.exception.sqlstate, "42501")
+        update_store_from(store, STORE_UPDATES[2])
+        self.assertEqual(catalog(store, "postgres"), catalog(fresh, "postgres"))
+        self.assertEqual(store.query("SELECT cosid.lease_store_version()"), STORE_VERSION)
+        self.assertEqual(query_as(store, "watcher", "SELECT count(*) FROM cosid.leases"), "0")
+        with self.assertRaises(SqlError) as refused:
+            query_as(store, "watcher", "SELECT count(*) FROM cosid.machine_lease")
+        self.assertEqual(refused.exception.sqlstate, "42501")
 
     def test_store_update_refuses_what_it_cannot_update_safely(self):
         store = self.track(start_store("upgrade-refusals", 25680,
@@ -557,7 +578,9 @@ class Upgrade(unittest.TestCase):
                 (STORE_UPDATES[0],
                  "this database has no cosid lease store of version 0.1.0; nothing was changed"),
                 (STORE_UPDATES[1],
-                 "this database has no cosid lease store of version 0.2.0; nothing was changed")]:
+                 "this database has no cosid lease store of version 0.2.0; nothing was changed"),
+                (STORE_UPDATES[2],
+                 "this database has no cosid lease store of version 0.3.0; nothing was changed")]:
             before = catalog(store, "postgres")
             # Without ON_ERROR_STOP psql goes on after errors: the statements after the check
             # must fail too.

@@ -225,9 +225,79 @@ mod cosid {
     /// One row per generator: its name, configuration and state. Read through the view
     /// `cosid.status`.
     ///
-    /// Its C symbol is new in 0.3.0 (`generator_status_v3_wrapper`), so that the SQL of 0.3.0
+    /// Its C symbol is new in 0.4.0 (`generator_status_v4_wrapper`), so that the SQL of 0.4.0
     /// cannot be bound to the function of an older library still loaded in a running server.
     #[pg_extern(name = "generator_status", volatile, parallel_safe)]
+    #[allow(clippy::type_complexity)]
+    fn generator_status_v4() -> TableIterator<
+        'static,
+        (
+            name!(name, String),
+            name!(namespace, String),
+            name!(distributor, String),
+            name!(instance_id, Option<String>),
+            name!(state, String),
+            name!(machine_id, Option<i32>),
+            name!(expires_at, Option<TimestampWithTimeZone>),
+            name!(last_renewed_at, Option<TimestampWithTimeZone>),
+            name!(deadline, Option<TimestampWithTimeZone>),
+            name!(last_error, Option<String>),
+            name!(watermark, Option<TimestampWithTimeZone>),
+            name!(epoch, TimestampWithTimeZone),
+            name!(time_unit, String),
+            name!(timestamp_bits, i32),
+            name!(machine_bits, i32),
+            name!(sequence_bits, i32),
+            name!(sequence_reset_threshold, i64),
+            name!(last_timestamp, Option<TimestampWithTimeZone>),
+            name!(ids_issued, i64),
+            name!(next_tick_waits, i64),
+            name!(clock_backwards_waits, i64),
+            name!(clock_backwards_errors, i64),
+            name!(safe_guard_duration, Option<Interval>),
+            name!(safe_guard_margin, Option<Interval>),
+            name!(guarder_delay, Option<Interval>),
+            name!(clock_backwards_spin_threshold, Interval),
+            name!(clock_backwards_broken_threshold, Interval),
+        ),
+    > {
+        TableIterator::new(status_rows().into_iter().map(|(name, row, extra)| {
+            (
+                name,
+                row.0,
+                row.1,
+                row.2,
+                row.3,
+                row.4,
+                row.5,
+                row.6,
+                extra.deadline,
+                row.7,
+                row.8,
+                row.9,
+                row.10,
+                row.11,
+                row.12,
+                row.13,
+                row.14,
+                row.15,
+                row.16,
+                row.17,
+                row.18,
+                row.19,
+                row.20,
+                extra.safe_guard_margin,
+                row.21,
+                row.22,
+                row.23,
+            )
+        }))
+    }
+
+    /// The same rows in the shape of cosid 0.3.0 (no deadline, no margin), for its SQL, which
+    /// calls this symbol: a server restarted onto this library serves `cosid.status` until
+    /// `ALTER EXTENSION cosid UPDATE`.
+    #[pg_extern(sql = false, volatile, parallel_safe)]
     #[allow(clippy::type_complexity)]
     fn generator_status_v3() -> TableIterator<
         'static,
@@ -259,7 +329,7 @@ mod cosid {
             name!(clock_backwards_broken_threshold, Interval),
         ),
     > {
-        TableIterator::new(status_rows().into_iter().map(|(name, row)| {
+        TableIterator::new(status_rows().into_iter().map(|(name, row, _)| {
             (
                 name, row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10,
                 row.11, row.12, row.13, row.14, row.15, row.16, row.17, row.18, row.19, row.20,
@@ -302,10 +372,7 @@ mod cosid {
             name!(clock_backwards_broken_threshold, Interval),
         ),
     > {
-        TableIterator::new(status_rows().into_iter().map(|row| {
-            let (_, rest) = row;
-            rest
-        }))
+        TableIterator::new(status_rows().into_iter().map(|(_, row, _)| row))
     }
 
     /// The same rows in the shape of cosid 0.1.0, for its SQL, which calls this symbol: a server
@@ -337,7 +404,7 @@ mod cosid {
             name!(clock_backwards_errors, i64),
         ),
     > {
-        TableIterator::new(status_rows().into_iter().map(|(_, row)| {
+        TableIterator::new(status_rows().into_iter().map(|(_, row, _)| {
             (
                 row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9, row.10,
                 row.11, row.12, row.13, row.14, row.15, row.16, row.17, row.18, row.19,
@@ -374,8 +441,31 @@ type StatusRow = (
     Interval,
 );
 
-/// One row per live generator: its name, and every other column of `cosid.status`.
-fn status_rows() -> Vec<(String, StatusRow)> {
+/// The columns of `cosid.status` new in 0.4.0.
+struct StatusExtra {
+    /// When `cosid_next()` starts refusing unless a renewal succeeds first: the local deadline,
+    /// on the wall clock. NULL without a deadline (a fixed machine id, or cosid.fail_fast off)
+    /// and when the generator has no machine id (it refuses already).
+    deadline: Option<TimestampWithTimeZone>,
+    /// The part of the safe guard kept back for clock skew: the deadline is the sending of the
+    /// last successful renewal plus safe_guard_duration minus this.
+    safe_guard_margin: Option<Interval>,
+}
+
+/// One row per live generator: its name, every column of `cosid.status` of 0.3.0, and those
+/// new in 0.4.0.
+///
+/// Members of pg_monitor read the view, as superusers do, with one difference: the text of a
+/// lease error can name the store's host, port, user and database (a connection failure) or a
+/// path of the data directory, so a role that is not a superuser sees only the kind of problem.
+fn status_rows() -> Vec<(String, StatusRow, StatusExtra)> {
+    // SAFETY: superuser() only reads the current user's role, which every backend has.
+    let full_errors = unsafe { pg_sys::superuser() };
+    let mut clock = ServerClock;
+    let (now_monotonic_ms, now_unix_ms) = {
+        use cosid_core::generator::Clock;
+        (clock.monotonic_ms(), clock.unix_ms())
+    };
     shmem::generators()
         .or_raise()
         .filter(|slot| slot.is_live())
@@ -397,7 +487,35 @@ fn status_rows() -> Vec<(String, StatusRow)> {
             let thresholds = shmem::backwards_policy();
             let last_error = match no_machine_id() {
                 Some(why) => Some(why.detail()),
-                None => Some(lease.last_error.load()).filter(|text| !text.is_empty()),
+                None => Some(lease.last_error.load())
+                    .filter(|text| !text.is_empty())
+                    .map(|text| {
+                        if full_errors {
+                            text
+                        } else {
+                            lease.problem().public_summary().to_string()
+                        }
+                    }),
+            };
+            // Read before last_renewed_at: the worker publishes a renewal before the deadline it
+            // gives, so the deadline shown is never later than last_renewed_at allows.
+            let deadline = cosid_core::lease::deadline_unix_ms(
+                slot.state.deadline_ms(),
+                now_monotonic_ms,
+                now_unix_ms,
+            )
+            .filter(|_| open)
+            .and_then(|unix_ms| timestamptz(unix_ms).ok());
+            let extra = StatusExtra {
+                deadline,
+                safe_guard_margin: timing.map(|(safe_guard_ms, delay_ms)| {
+                    let timing = cosid_core::lease::LeaseTiming {
+                        safe_guard_ms,
+                        guarder_delay_ms: delay_ms,
+                        guarder_initial_delay_ms: 0,
+                    };
+                    interval_ms(timing.margin_ms())
+                }),
             };
             let row = (
                 slot.namespace().to_string(),
@@ -425,7 +543,7 @@ fn status_rows() -> Vec<(String, StatusRow)> {
                 interval_ms(thresholds.spin_threshold_ms),
                 interval_ms(thresholds.broken_threshold_ms),
             );
-            (slot.name().to_string(), row)
+            (slot.name().to_string(), row, extra)
         })
         .collect()
 }
@@ -446,9 +564,52 @@ extension_sql!(
     r#"
 CREATE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
 COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: configuration and state.';
+COMMENT ON COLUMN cosid.status.deadline IS 'When cosid_next() starts refusing unless a lease renewal succeeds first; NULL when the generator has no machine id or no deadline.';
+COMMENT ON COLUMN cosid.status.safe_guard_margin IS 'The part of safe_guard_duration kept back for clock skew: the deadline is the last successful renewal''s sending plus safe_guard_duration minus this.';
+COMMENT ON COLUMN cosid.status.last_error IS 'Why the generator is not UP; to roles that are not superusers only the kind of problem, since a store error can name hosts and users.';
+-- Monitoring, as PostgreSQL's own statistics views: members of pg_monitor read the view (the
+-- function hides what only superusers may see); nobody else calls the function.
+REVOKE ALL ON FUNCTION cosid.generator_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION cosid.generator_status() TO pg_monitor;
+GRANT SELECT ON TABLE cosid.status TO pg_monitor;
 "#,
     name = "status_view",
-    requires = [cosid::generator_status_v3]
+    requires = [cosid::generator_status_v4]
+);
+
+// A database other than cosid.database shows no leases in cosid.leases, while cosid.status says
+// UP: said once, where it is set up, when the server's machine id is leased. The settings exist here, since creating the functions above
+// loaded the library. CREATE EXTENSION runs its script with client_min_messages at least
+// warning, which would hide a NOTICE: it is lowered for this one and set back right after, so
+// that nothing of it outlasts the script (a value set here would last to the end of the
+// transaction).
+extension_sql!(
+    r#"
+DO $where$
+DECLARE
+    v_database text := pg_catalog.current_setting('cosid.database', true);
+    v_store    text := pg_catalog.current_setting('cosid.lease_store', true);
+    v_level    text := pg_catalog.current_setting('client_min_messages');
+BEGIN
+    IF pg_catalog.current_setting('cosid.distributor', true) IS DISTINCT FROM 'lease' THEN
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.set_config('client_min_messages', 'notice', true);
+    IF pg_catalog.length(v_store) OPERATOR(pg_catalog.>) 0 THEN
+        RAISE NOTICE 'cosid leases its machine ids from the shared lease store of cosid.lease_store'
+            USING DETAIL = 'The leases of this server are in cosid.leases of the store''s database; cosid.leases in this database shows none of them.',
+                  HINT = 'See the leases with SELECT * FROM cosid.leases in the store''s database, and this server''s generators with SELECT * FROM cosid.status.';
+    ELSIF v_database OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN
+        RAISE NOTICE 'cosid leases its machine ids in database "%" (cosid.database), not in this one', v_database
+            USING DETAIL = 'cosid.leases in this database shows no lease; cosid.status shows the generators of the whole server in every database.',
+                  HINT = pg_catalog.format('See the leases with SELECT * FROM cosid.leases in database "%s".', v_database);
+    END IF;
+    PERFORM pg_catalog.set_config('client_min_messages', v_level, true);
+END
+$where$;
+"#,
+    name = "where_the_leases_live",
+    requires = ["status_view", "lease_rows_dumped"]
 );
 
 fn interval_ms(ms: u64) -> Interval {

@@ -155,6 +155,21 @@ impl LeaseTiming {
     }
 }
 
+/// The wall-clock time (Unix ms) of a local deadline on the monotonic clock, for display: the
+/// deadline's distance from `now_monotonic_ms`, added to `now_unix_ms`. `None` for no deadline
+/// (`u64::MAX`).
+pub fn deadline_unix_ms(deadline_ms: u64, now_monotonic_ms: u64, now_unix_ms: i64) -> Option<i64> {
+    if deadline_ms == u64::MAX {
+        return None;
+    }
+    let ahead = i64::try_from(deadline_ms.abs_diff(now_monotonic_ms)).unwrap_or(i64::MAX);
+    Some(if deadline_ms >= now_monotonic_ms {
+        now_unix_ms.saturating_add(ahead)
+    } else {
+        now_unix_ms.saturating_sub(ahead)
+    })
+}
+
 /// What a new holder does with the watermark it found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WatermarkWait {
@@ -201,6 +216,22 @@ mod tests {
             guarder_delay_ms: delay_ms,
             guarder_initial_delay_ms: initial_ms,
         }
+    }
+
+    #[test]
+    fn a_deadline_is_shown_at_its_distance_from_now() {
+        let now_unix = 1_700_000_000_000;
+        assert_eq!(deadline_unix_ms(u64::MAX, 5_000, now_unix), None);
+        assert_eq!(
+            deadline_unix_ms(8_600, 5_000, now_unix),
+            Some(now_unix + 3_600)
+        );
+        assert_eq!(
+            deadline_unix_ms(4_000, 5_000, now_unix),
+            Some(now_unix - 1_000)
+        );
+        assert_eq!(deadline_unix_ms(5_000, 5_000, now_unix), Some(now_unix));
+        assert_eq!(deadline_unix_ms(u64::MAX - 1, 0, now_unix), Some(i64::MAX));
     }
 
     #[test]

@@ -91,6 +91,29 @@ pub enum LeaseProblem {
 }
 
 impl LeaseProblem {
+    /// What `cosid.status.last_error` shows a role that is not a superuser instead of the error's
+    /// text: the kind of problem only, since the text of a store's error can name its host, port,
+    /// user and database.
+    pub fn public_summary(self) -> &'static str {
+        match self {
+            LeaseProblem::None => "error (its text is shown to superusers only)",
+            LeaseProblem::Exhausted => "no machine id left in the namespace",
+            LeaseProblem::LayoutMismatch => "the namespace's leases have another id layout",
+            LeaseProblem::ClockBehind => "this server's clock is behind the lease's watermark",
+            LeaseProblem::StoreError => {
+                "the lease store failed (its error is shown to superusers only)"
+            }
+            LeaseProblem::Standby => "the lease store is read-only (hot standby)",
+            LeaseProblem::NoExtension => "the lease store has no cosid lease table",
+            LeaseProblem::Lost => "the lease was lost",
+            LeaseProblem::ShuttingDown => "the server is shutting down",
+            LeaseProblem::OwnLeaseLive => "this instance's lease is live under another claim",
+            LeaseProblem::StateFile => {
+                "the local state file cannot be used (its error is shown to superusers only)"
+            }
+        }
+    }
+
     pub fn from_u8(value: u8) -> LeaseProblem {
         match value {
             1 => LeaseProblem::Exhausted,
@@ -252,6 +275,22 @@ mod tests {
         assert_eq!(status.timing_ms(), Some((4_000, 1_000)));
         for problem in 0..=10u8 {
             assert_eq!(LeaseProblem::from_u8(problem) as u8, problem);
+        }
+    }
+
+    #[test]
+    fn public_summaries_are_distinct_and_name_nothing_of_the_store() {
+        let summaries: Vec<&str> = (0..=10u8)
+            .map(|problem| LeaseProblem::from_u8(problem).public_summary())
+            .collect();
+        for (i, summary) in summaries.iter().enumerate() {
+            assert!(!summary.is_empty());
+            assert!(!summaries[..i].contains(summary), "{summary}");
+            // Fixed sentences: nothing of a connection string or a path can be in them.
+            assert!(
+                !summary.contains('=') && !summary.contains('/'),
+                "{summary}"
+            );
         }
     }
 }
