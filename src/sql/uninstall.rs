@@ -156,7 +156,12 @@ impl AtRisk {
             .map(|(_, _, label)| label.as_str())
             .collect();
         if cascade && !stripped.is_empty() {
-            let shown = stripped.iter().take(10).copied().collect::<Vec<_>>().join(", ");
+            let shown = stripped
+                .iter()
+                .take(10)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ");
             let more = match stripped.len() {
                 0..=10 => String::new(),
                 n => format!(" and {} more", n - 10),
@@ -214,9 +219,9 @@ fn at_risk() -> AtRisk {
                 generators: Vec::new(),
                 defaults: Vec::new(),
             };
-            if table_exists(&client, "cosid.machine_lease") {
+            if table_exists(client, "cosid.machine_lease") {
                 at_risk.namespaces = strings(
-                    &client,
+                    client,
                     "SELECT DISTINCT namespace FROM cosid.machine_lease ORDER BY 1",
                 );
                 at_risk.lease_rows = client
@@ -230,9 +235,8 @@ fn at_risk() -> AtRisk {
                     // Unreadable: presumed to have rows, so that the drop is refused.
                     .unwrap_or(1);
             }
-            if table_exists(&client, "cosid.generator") {
-                at_risk.generators =
-                    strings(&client, "SELECT name FROM cosid.generator ORDER BY 1");
+            if table_exists(client, "cosid.generator") {
+                at_risk.generators = strings(client, "SELECT name FROM cosid.generator ORDER BY 1");
             }
             if let Ok(rows) = client.select(
                 r#"
@@ -275,11 +279,7 @@ SELECT d.adrelid, d.adnum,
 fn table_exists(client: &SpiClient<'_>, name: &str) -> bool {
     let args = vec![name.into()];
     client
-        .select(
-            "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
-            None,
-            &args,
-        )
+        .select("SELECT pg_catalog.to_regclass($1) IS NOT NULL", None, &args)
         .ok()
         .and_then(|rows| rows.first().get::<bool>(1).ok().flatten())
         .unwrap_or(false)
