@@ -13,7 +13,7 @@ import time
 import unittest
 
 from clients import run_session
-from pgcluster import PG_BIN, SqlError, as_postgres
+from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port
 from test_hostile import query_as
 from test_lease import FAST_LEASES, lease_cluster, wait_for, wait_up
 
@@ -84,6 +84,37 @@ class Uninstall(unittest.TestCase):
             "SELECT count(*) FROM pg_extension WHERE extname = 'cosid'", db="app"), "0")
         # And cosid.database still has its lease.
         self.assertEqual(cluster.query("SELECT count(*) FROM cosid.machine_lease"), "1")
+
+    def test_named_generators_block_the_drop_and_a_schema_owner_is_checked_too(self):
+        cluster = self.track(Cluster("migrate-named", free_port(25566),
+                                     {"cosid.distributor": "'manual'", "cosid.machine_id": 3}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("SELECT cosid_create_generator('invoices')")
+        state, stderr = sqlstate_of(cluster, "DROP EXTENSION cosid")
+        self.assertEqual(state, "55006", stderr)
+        self.assertIn("named generators", stderr)
+        self.assertIn('"invoices"', stderr)
+        self.assertEqual(cluster.query("SELECT name FROM cosid.generator"), "invoices")
+        cluster.query("SELECT cosid_drop_generator('invoices')")
+        # A database owner who is no superuser can drop the extension with its schema: what
+        # would be lost is read all the same (the lease table is private), and an empty one
+        # does not stand in the way.
+        cluster.query("CREATE ROLE alice LOGIN")
+        cluster.query("CREATE DATABASE shop OWNER alice")
+        cluster.query("CREATE EXTENSION cosid; CREATE SCHEMA app AUTHORIZATION alice", db="shop")
+        query_as(cluster, "alice", "CREATE TABLE app.item (id bigint DEFAULT cosid_next())",
+                 db="shop")
+        with self.assertRaises(SqlError) as caught:
+            query_as(cluster, "alice", "DROP SCHEMA public CASCADE", db="shop")
+        self.assertEqual(caught.exception.sqlstate, "2BP01", caught.exception.stderr)
+        self.assertIn("app.item.id", caught.exception.stderr)
+        query_as(cluster, "alice", "ALTER TABLE app.item ALTER COLUMN id DROP DEFAULT", db="shop")
+        query_as(cluster, "alice", "DROP SCHEMA public CASCADE", db="shop")
+        self.assertEqual(cluster.query(
+            "SELECT count(*) FROM pg_extension WHERE extname = 'cosid'", db="shop"), "0")
+        # In cosid.database, with no rows left, the drop goes through.
+        cluster.query("DROP EXTENSION cosid")
 
     def test_the_documented_uninstall_keeps_every_new_id_above_the_old_ones(self):
         cluster = self.track(lease_cluster("migrate-uninstall", 25563))
