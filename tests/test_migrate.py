@@ -226,14 +226,17 @@ class Convert(unittest.TestCase):
         self.assertEqual(self.q(f'SELECT count(DISTINCT "My Id") FROM {table}'), "102")
 
     def test_concurrent_inserters_during_the_switch(self):
-        self.q("CREATE TABLE busy_t (id bigserial PRIMARY KEY, client int)")
-        clients, inserts = 4, 400
+        self.q("CREATE TABLE busy_t (id bigserial PRIMARY KEY, client int); "
+               "CREATE TABLE busy_stop (stop boolean)")
+        clients, inserts = 4, 20000
         sessions = [None] * clients
 
+        # Each client inserts one row per statement, printing its id, until busy_stop has a row.
         def work(index):
             sessions[index] = run_session(
                 self.cluster, index,
-                [f"INSERT INTO busy_t (client) VALUES ({index}) RETURNING id"] * inserts)
+                [f"INSERT INTO busy_t (client) SELECT {index} "
+                 "WHERE NOT EXISTS (SELECT FROM busy_stop) RETURNING id"] * inserts)
         threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
         for thread in threads:
             thread.start()
@@ -242,13 +245,15 @@ class Convert(unittest.TestCase):
         out = self.q("BEGIN; SELECT cosid_convert_column('busy_t', 'id'); "
                      "SELECT pg_sleep(0.3); COMMIT")
         first = int(out.split()[0])
+        wait_for(lambda: int(self.q(f"SELECT count(*) FROM busy_t WHERE id > {first}")) >= 200,
+                 30, "inserts after the switch")
+        self.q("INSERT INTO busy_stop VALUES (true)")
         for thread in threads:
             thread.join()
         ids = [i for session in sessions for i in session.ids]
         self.assertEqual([s.error for s in sessions], [""] * clients)
-        self.assertEqual(len(ids), clients * inserts)
         self.assertEqual(len(set(ids)), len(ids))
-        self.assertEqual(self.q("SELECT count(*) FROM busy_t"), str(clients * inserts))
+        self.assertEqual(self.q("SELECT count(*) FROM busy_t"), str(len(ids)))
         old = [i for i in ids if i < first]
         new = [i for i in ids if i > first]
         self.assertEqual(len(old) + len(new), len(ids))
