@@ -204,6 +204,23 @@ class Convert(unittest.TestCase):
                                 "AND relname LIKE 'ident_t%'"), "0")
         self.assertGreater(int(self.q("INSERT INTO ident_t (v) VALUES (0) RETURNING id")), first)
 
+    def test_a_shared_sequence_is_kept_and_a_converted_column_can_change_generator(self):
+        self.q("CREATE SEQUENCE shared_seq; "
+               "CREATE TABLE shared_a (id bigint PRIMARY KEY DEFAULT nextval('shared_seq')); "
+               "CREATE TABLE shared_b (id bigint PRIMARY KEY DEFAULT nextval('shared_seq')); "
+               "INSERT INTO shared_a DEFAULT VALUES; INSERT INTO shared_b DEFAULT VALUES")
+        first = int(self.q("SELECT cosid_convert_column('shared_a', 'id')"))
+        self.assertEqual(self.q("SELECT to_regclass('shared_seq') IS NOT NULL"), "t")
+        self.assertEqual(self.default_of("shared_b", "id"), "nextval('shared_seq'::regclass)")
+        self.q("SELECT cosid_create_generator('conv_other')")
+        wait_for(lambda: self.q("SELECT state FROM cosid.status WHERE name = 'conv_other'")
+                 == "UP", 15, "conv_other UP")
+        self.q("INSERT INTO shared_a DEFAULT VALUES")
+        # The named generator's ids are of the same layout and time: above the column's.
+        second = int(self.q("SELECT cosid_convert_column('shared_a', 'id', 'conv_other')"))
+        self.assertGreater(second, first)
+        self.assertEqual(self.default_of("shared_a", "id"), "cosid_next('conv_other'::text)")
+
     def test_partitioned_table_odd_names_and_a_named_generator(self):
         self.q("SELECT cosid_create_generator('conv_gen')")
         wait_for(lambda: self.q(
