@@ -126,8 +126,8 @@ class Uninstall(unittest.TestCase):
         old = [int(cluster.query("SELECT max(cosid_next()) FROM generate_series(1, 1000)")),
                int(cluster.query("SELECT max(cosid_next('orders')) FROM generate_series(1, 1000)"))]
         # Step 1: the named generators.
-        cluster.query("DROP TABLE IF EXISTS nothing")
-        cluster.query("SELECT cosid_drop_generator('orders')")
+        # The statements are the documentation's.
+        cluster.query("SELECT cosid_drop_generator(name) FROM cosid.generator")
         state, stderr = sqlstate_of(cluster, "DROP EXTENSION cosid")
         self.assertEqual(state, "55006", stderr)
         # Step 2: stop generating: the lease worker releases its leases at shutdown.
@@ -137,7 +137,7 @@ class Uninstall(unittest.TestCase):
         self.assertEqual(cluster.query(
             "SELECT count(*) FROM cosid.leases WHERE status <> 'released'"), "0")
         # Step 3: retire the rows, which is refused until their watermarks are a minute old.
-        retire = ("SELECT sum(cosid.lease_retire(namespace)) "
+        retire = ("SELECT namespace, cosid.lease_retire(namespace) AS rows_retired "
                   "FROM (SELECT DISTINCT namespace FROM cosid.leases) n")
         state, stderr = sqlstate_of(cluster, retire)
         self.assertEqual(state, "55006", stderr)
