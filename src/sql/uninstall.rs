@@ -13,6 +13,7 @@
 //! (one that has the extension only for its functions) loses nothing, and its drop goes through.
 
 use crate::error::CosidError;
+use cosid_core::uninstall::{drop_refusal, DropLoss, DropRefusal};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -120,53 +121,47 @@ struct AtRisk {
 
 impl AtRisk {
     fn refusal(&self, cascade: bool) -> Option<CosidError> {
-        if self.lease_rows > 0 {
-            let namespaces = quoted_list(&self.namespaces);
-            return Some(
-                CosidError::new(
-                    PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
-                    "cannot drop extension cosid while its lease table has rows",
-                )
-                .detail(format!(
-                    "cosid.machine_lease has {} row{} (namespace{} {namespaces}). Each row's watermark keeps the ids of its machine id from being issued twice; dropped with the extension, the machine id would count as never used.",
-                    self.lease_rows,
-                    if self.lease_rows == 1 { "" } else { "s" },
-                    if self.namespaces.len() == 1 { "" } else { "s" },
-                ))
-                .hint("Stop generating ids with these leases (restart the server with cosid.distributor = 'manual' and no cosid.machine_id: the lease worker releases its leases at shutdown), drop the named generators, retire the rows with cosid.lease_retire(namespace) once their watermarks are a minute in the past, then drop the extension. See the documentation on uninstalling."),
-            );
-        }
-        if !self.generators.is_empty() {
-            return Some(
-                CosidError::new(
-                    PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
-                    "cannot drop extension cosid while named generators are defined",
-                )
-                .detail(format!(
-                    "cosid.generator defines {}; their definitions would be lost with the extension.",
-                    quoted_list(&self.generators)
-                ))
-                .hint("Drop them first with cosid_drop_generator(name), then retire their leases with cosid.lease_retire(namespace)."),
-            );
-        }
+        // Only the columns whose table is still there lost their default (a table dropped with
+        // the statement took its column with it).
         let stripped: Vec<&str> = self
             .defaults
             .iter()
-            .filter(|(table, attnum, _)| column_exists(*table, *attnum))
+            .filter(|(table, attnum, _)| cascade && column_exists(*table, *attnum))
             .map(|(_, _, label)| label.as_str())
             .collect();
-        if cascade && !stripped.is_empty() {
-            let shown = stripped
-                .iter()
-                .take(10)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", ");
-            let more = match stripped.len() {
-                0..=10 => String::new(),
-                n => format!(" and {} more", n - 10),
-            };
-            return Some(
+        let loss = DropLoss {
+            lease_rows: self.lease_rows.max(0) as u64,
+            generators: self.generators.len() as u64,
+            stripped_defaults: stripped.len() as u64,
+        };
+        let refusal = match drop_refusal(loss, cascade)? {
+            DropRefusal::LeaseRows => CosidError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+                "cannot drop extension cosid while its lease table has rows",
+            )
+            .detail(format!(
+                "cosid.machine_lease has {} row{} (namespace{} {}). Each row's watermark keeps the ids of its machine id from being issued twice; dropped with the extension, the machine id would count as never used.",
+                self.lease_rows,
+                if self.lease_rows == 1 { "" } else { "s" },
+                if self.namespaces.len() == 1 { "" } else { "s" },
+                quoted_list(&self.namespaces),
+            ))
+            .hint("Stop generating ids with these leases (restart the server with cosid.distributor = 'manual' and no cosid.machine_id: the lease worker releases its leases at shutdown), drop the named generators, retire the rows with cosid.lease_retire(namespace) once their watermarks are a minute in the past, then drop the extension. See the documentation on uninstalling."),
+            DropRefusal::Generators => CosidError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+                "cannot drop extension cosid while named generators are defined",
+            )
+            .detail(format!(
+                "cosid.generator defines {}; their definitions would be lost with the extension.",
+                quoted_list(&self.generators)
+            ))
+            .hint("Drop them first with cosid_drop_generator(name), then retire their leases with cosid.lease_retire(namespace)."),
+            DropRefusal::StrippedDefaults => {
+                let shown = stripped.iter().take(10).copied().collect::<Vec<_>>().join(", ");
+                let more = match stripped.len() {
+                    0..=10 => String::new(),
+                    n => format!(" and {} more", n - 10),
+                };
                 CosidError::new(
                     PgSqlErrorCode::ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
                     "cannot drop extension cosid with CASCADE while columns take their default from it",
@@ -176,10 +171,10 @@ impl AtRisk {
                     stripped.len(),
                     if stripped.len() == 1 { "" } else { "s" },
                 ))
-                .hint("Give each of these columns another default (ALTER TABLE ... ALTER COLUMN ... SET DEFAULT ..., or DROP DEFAULT), then drop the extension."),
-            );
-        }
-        None
+                .hint("Give each of these columns another default (ALTER TABLE ... ALTER COLUMN ... SET DEFAULT ..., or DROP DEFAULT), then drop the extension.")
+            }
+        };
+        Some(refusal)
     }
 }
 
