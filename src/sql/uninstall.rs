@@ -29,6 +29,7 @@ pub fn install_drop_guard() {
     }
 }
 
+#[cfg(not(feature = "pg13"))]
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn cosid_process_utility(
@@ -41,12 +42,10 @@ unsafe extern "C-unwind" fn cosid_process_utility(
     dest: *mut pg_sys::DestReceiver,
     qc: *mut pg_sys::QueryCompletion,
 ) {
-    // SAFETY: PostgreSQL passes a valid planned utility statement.
-    let cascade = unsafe { may_drop_extension((*pstmt).utilityStmt) };
-    let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
-    // SAFETY: the arguments are passed on unchanged to the previous hook or the standard one.
+    // SAFETY: PostgreSQL passes a valid planned utility statement; the arguments are passed on
+    // unchanged to the previous hook or the standard one.
     unsafe {
-        match PREVIOUS_HOOK {
+        guarded((*pstmt).utilityStmt, || match PREVIOUS_HOOK {
             Some(previous) => previous(
                 pstmt,
                 query_string,
@@ -67,8 +66,49 @@ unsafe extern "C-unwind" fn cosid_process_utility(
                 dest,
                 qc,
             ),
-        }
+        })
     }
+}
+
+/// PostgreSQL 13's hook has no `readOnlyTree`.
+#[cfg(feature = "pg13")]
+#[pg_guard]
+unsafe extern "C-unwind" fn cosid_process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    // SAFETY: as above.
+    unsafe {
+        guarded((*pstmt).utilityStmt, || match PREVIOUS_HOOK {
+            Some(previous) => previous(pstmt, query_string, context, params, query_env, dest, qc),
+            None => pg_sys::standard_ProcessUtility(
+                pstmt,
+                query_string,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+        })
+    }
+}
+
+/// Runs the statement (`run`); refuses it afterwards if it dropped the extension and lost
+/// something.
+///
+/// # Safety
+/// `statement` is the utility statement's parse tree, or null.
+unsafe fn guarded(statement: *mut pg_sys::Node, run: impl FnOnce()) {
+    // SAFETY: the caller's promise.
+    let cascade = unsafe { may_drop_extension(statement) };
+    let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
+    run();
     if let Some(at_risk) = at_risk {
         if !extension_exists() {
             if let Some(refusal) = at_risk.refusal(cascade == Some(true)) {
