@@ -48,5 +48,6 @@ pub extern "C-unwind" fn _PG_init() {
             worker::named::register();
         }
     }
+    sql::install_drop_guard();
     shmem::init();
 }

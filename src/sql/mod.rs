@@ -12,6 +12,9 @@
 mod comments;
 mod generators;
 mod text_arg;
+mod uninstall;
+
+pub use uninstall::install_drop_guard;
 
 use crate::clock::ServerClock;
 use crate::error::{CosidError, OrRaise};
@@ -932,3 +935,6 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
         }
     }
 }
+
+// Switching a sequence-fed key column to cosid (the migration guide's first step).
+extension_sql_file!("../../sql/convert_column.sql", name = "convert_column");
