@@ -19,8 +19,8 @@ examples"):
 - `<!-- not run: why -->` just before a ```sql block: it is not run (it needs a second server, a
   shared store, ...). The test counts and names these blocks; keep them few.
 - psql runs with PGTZ=UTC and PGDATESTYLE=ISO, so that shown times do not depend on the machine.
-- Before a block that calls cosid_next() or reads cosid.status, the test waits (up to 15 s) until
-  every generator is UP, as a reader waits the second the documents speak of.
+- Before a block that calls cosid_next() (or cosid_convert_column(), which does) or reads
+  cosid.status, the test waits (up to 15 s) until every generator is UP, as a reader waits the second the documents speak of.
 """
 
 import os
@@ -39,7 +39,7 @@ STARTED = 0
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 # A marker comment, with nothing but blank space between it and the block.
 MARKER = re.compile(r"<!--\s*(not run|test):?\s*((?:(?!-->).)*?)\s*-->\s*\Z", re.S)
-WAIT_FOR_UP = re.compile(r"cosid_next\s*\(|cosid\.status", re.I)
+WAIT_FOR_UP = re.compile(r"cosid_next\s*\(|cosid_convert_column\s*\(|cosid\.status", re.I)
 
 
 class Block:
