@@ -298,7 +298,7 @@ class Settings(unittest.TestCase):
                 self.assertIn("cannot reach the lease table", last_error)
                 with self.assertRaises(SqlError) as refused:
                     self.cluster.query("SELECT cosid_next()")
-                self.assertEqual(refused.exception.sqlstate, "55000")
+                self.assertEqual(refused.exception.sqlstate, "55P03")
                 wait_until(lambda: "cannot reach the lease table" in self.cluster.log(),
                            "the worker's warning")
                 for text in (last_error, refused.exception.stderr, self.cluster.log()):

@@ -448,7 +448,7 @@ pub(super) fn unknown_generator(quoted: &str) -> CosidError {
             .detail(why.detail())
             .hint(why.hint());
         }
-        return CosidError::prerequisite(format!(
+        return CosidError::unavailable(format!(
             "cosid generator {quoted} is not known yet"
         ))
         .detail(format!(

@@ -81,7 +81,12 @@ impl LeaseState {
 /// `last_renewed` is the time of the last successful renewal already written out, `None` when no
 /// renewal has succeeded yet.
 pub fn situation(state: LeaseState, last_renewed: Option<&str>, last_error: &str) -> String {
-    let mut text = state.sentence().to_string();
+    let sentence = state.sentence();
+    let mut text = format!(
+        "{} (state {} in cosid.status).",
+        sentence.trim_end_matches('.'),
+        state.name()
+    );
     match last_renewed {
         Some(at) => {
             text.push_str(" The last successful renewal was at ");
@@ -351,7 +356,8 @@ mod tests {
         }
         assert_eq!(
             situation(LeaseState::Claiming, None, ""),
-            "The background worker is claiming a machine id. No renewal has succeeded yet."
+            "The background worker is claiming a machine id (state CLAIMING in cosid.status). \
+             No renewal has succeeded yet."
         );
         assert_eq!(
             situation(
@@ -359,7 +365,8 @@ mod tests {
                 Some("2026-12-01 15:00:00.000 UTC"),
                 "timeout."
             ),
-            "The lease is held, but its last renewal failed. The last successful renewal was at \
+            "The lease is held, but its last renewal failed (state DOWN in cosid.status). The \
+             last successful renewal was at \
              2026-12-01 15:00:00.000 UTC by the lease store's clock. The last error was: timeout."
         );
     }
