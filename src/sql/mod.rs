@@ -511,11 +511,11 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         let detail = if why.is_empty() {
             "The generator is stopped.".to_string()
         } else {
-            format!("The generator is stopped: {why}.")
+            format!("The generator is stopped: {}.", why.trim_end_matches('.'))
         };
-        return CosidError::prerequisite(message).detail(detail).hint(
-            "See cosid.status and the server log; the machine id is set by cosid.machine_id.",
-        );
+        return CosidError::prerequisite(message)
+            .detail(detail)
+            .hint("See cosid.status and the server log for the cause.");
     }
     let lease = &slot.lease;
     let local_store = matches!(
