@@ -24,8 +24,8 @@ impl CosidError {
     }
 
     /// 55000: a precondition that only an operator can restore is not met (not preloaded, no
-    /// machine id configured, an unusable state file, a clock stepped back too far, a command run
-    /// in the wrong database). Retrying does not help.
+    /// machine id configured, an unusable state file, the extension missing or older in the lease
+    /// table's database, a command run in the wrong database). Retrying does not help.
     pub fn prerequisite(message: impl Into<String>) -> CosidError {
         CosidError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -34,8 +34,8 @@ impl CosidError {
     }
 
     /// 55P03 (lock_not_available): a passing state of the machine id lease, which the background
-    /// worker ends by itself (claiming, not renewed in time, lost and claimed again, a generator
-    /// created a moment ago). The application retries after a short wait. Drivers and pools
+    /// worker or the clock ends by itself (claiming, not renewed in time, lost and claimed again,
+    /// a clock behind the last issued timestamp, a generator created a moment ago). The application retries after a short wait. Drivers and pools
     /// already treat this code as "try again" (the notes of issue 11 say which), and none of
     /// them drops the connection for it, as some do for class 57.
     pub fn unavailable(message: impl Into<String>) -> CosidError {

@@ -618,7 +618,7 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
             last_unix_ms,
             now_unix_ms,
             broken_threshold_ms,
-        } => CosidError::prerequisite(format!(
+        } => CosidError::unavailable(format!(
             "clock moved backwards by {} ms",
             last_unix_ms - now_unix_ms
         ))
@@ -630,8 +630,8 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
             layout::format_unix_ms(now_unix_ms)
         ))
         .hint(
-            "Check the server's time synchronisation. Ids are issued again once the clock passes \
-             the last issued timestamp.",
+            "Retry in a moment: ids are issued again once the clock passes the last issued \
+             timestamp. If this lasts, check the server's time synchronisation.",
         ),
         GenerateError::ClockStalled { waited_ms } => {
             CosidError::unavailable("the clock did not advance").detail(format!(
