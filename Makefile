@@ -16,9 +16,9 @@ export PG_CONFIG COSID_PORT
 OLD_INSTALL_SCRIPTS = $(foreach f,$(wildcard sql/cosid--*.sql),$(if $(findstring --,$(f:sql/cosid--%=%)),,$(f)))
 
 # The modules of the integration suite, run against real servers (tests/).
-INTEGRATION_TESTS := test_sql_surface test_docs test_layouts test_decode test_upgrade test_settings test_concurrency test_lease \
-	test_generators test_hostile test_clock test_fleet test_faults test_load test_package test_monitoring \
-	test_migrate
+INTEGRATION_TESTS := test_sql_surface test_docs test_errors test_layouts test_decode test_upgrade test_settings \
+	test_concurrency test_lease test_generators test_hostile test_clock test_fleet test_faults test_load \
+	test_package test_monitoring test_migrate
 
 .PHONY: setup install run stop test unit-test lint integration-test test-faults bench package
 

@@ -20,8 +20,8 @@ ONE_MACHINE_ID = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.se
 
 
 def first_id_after_refusals(test, cluster, timeout_s, behind_what):
-    """Calls cosid_next() until it answers: the first calls must be refused with 55000 (the clock
-    is behind `behind_what`), and an id must come within `timeout_s`. Returns that id."""
+    """Calls cosid_next() until it answers: the first calls must be refused with 55P03 (retry:
+    the clock is behind `behind_what`), and an id must come within `timeout_s`. Returns that id."""
     refused = False
     deadline = time.monotonic() + timeout_s
     while True:
@@ -29,7 +29,7 @@ def first_id_after_refusals(test, cluster, timeout_s, behind_what):
         if value is not None:
             break
         test.assertLess(time.monotonic(), deadline, "never generated again")
-        test.assertEqual(sqlstate, "55000")
+        test.assertEqual(sqlstate, "55P03")
         refused = True
         time.sleep(0.05)
     test.assertTrue(refused, f"an id was issued with the clock behind {behind_what}")
@@ -97,7 +97,7 @@ class ClockFaults(unittest.TestCase):
         self.set_offset(-2.0)
         with self.assertRaises(SqlError) as refused:
             self.cluster.query("SELECT cosid_next()")
-        self.assertEqual(refused.exception.sqlstate, "55000")
+        self.assertEqual(refused.exception.sqlstate, "55P03")
         self.assertIn("clock moved backwards by", refused.exception.stderr)
         self.assertIn("cosid.clock_backwards_broken_threshold (500 ms)", refused.exception.stderr)
         # The faked clock runs at real speed: after 2 s it passes the last issued timestamp.

@@ -40,7 +40,7 @@ FAST = {"cosid.safe_guard_duration": "'4s'", "cosid.guarder_delay": "'500ms'",
         "cosid.guarder_initial_delay": "'500ms'"}
 # Refusals a client may see: no lease (55000), no machine id left (53400), and, when a server
 # is stopped (57P01) or killed, a lost connection.
-EXPECTED = {"55000", "53400", "57P01", "connection"}
+EXPECTED = {"55P03", "53400", "57P01", "connection"}
 EPOCH_MS = 1_577_203_200_000
 RESULTS = []
 
@@ -400,7 +400,7 @@ class Faults(unittest.TestCase):
         for (server, name), (value, error) in sorted(refusals.items(), key=str):
             label = f"{server}, {name or 'default'}"
             self.assertIsNone(value, f"{label}: generated with the store out of reach")
-            expected = {"55000"} if (server, name) in holders else {"55000", "53400"}
+            expected = {"55P03"} if (server, name) in holders else {"55P03", "53400"}
             self.assertIn(error.sqlstate, expected, f"{label}: {error.stderr}")
         # By the ids' own timestamps: none between the deadline and the store's return, and
         # every generator issued again after it.

@@ -163,7 +163,7 @@ class Fleet(unittest.TestCase):
         down = wait_for(lambda: status(server)["state"] == "DOWN" and status(server), 5,
                         "DOWN")
         self.assertTrue(down["last_error"])
-        wait_for(lambda: try_next(server)[1] == "55000", DEADLINE_S + 2, "the deadline")
+        wait_for(lambda: try_next(server)[1] == "55P03", DEADLINE_S + 2, "the deadline")
         self.assertGreater(time.monotonic() - stopped_at, DEADLINE_S - 1.0)
         store.start()
         wait_for(lambda: try_next(server)[0], 10, "generation after the store returns")

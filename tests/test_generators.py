@@ -219,13 +219,13 @@ class Generators(unittest.TestCase):
                       f"WHERE namespace = 'a' AND machine_id = {machine_id}")
         lost_at = time.monotonic()
         error = wait_for(lambda: next_id(cluster, "a")[1], 10, "cosid_next('a') to be refused")
-        self.assertEqual(error.sqlstate, "55000", error.stderr)
+        self.assertEqual(error.sqlstate, "55P03", error.stderr)
         self.assertLess(time.monotonic() - lost_at, 3, "not refused within a few renewals")
         # While 'a' has no lease, the other generators go on.
         for _ in range(8):
             value, error = next_id(cluster, "a")
             self.assertIsNone(value, "generated with a lost lease")
-            self.assertEqual(error.sqlstate, "55000", error.stderr)
+            self.assertEqual(error.sqlstate, "55P03", error.stderr)
             self.assertIsNotNone(next_id(cluster, "b")[0], "'b' stopped with 'a'")
             self.assertIsNotNone(next_id(cluster)[0], "the default generator stopped with 'a'")
         now = generators(cluster)
@@ -339,7 +339,7 @@ class Generators(unittest.TestCase):
                 return None
 
         wait_for(generated_by_user, 10, "the backend to generate from the new 'w'")
-        self.assertLessEqual(set(refusals), {"55000"})
+        self.assertLessEqual(set(refusals), {"55P03"})
         self.assertEqual(user.run("SELECT namespace, machine_bits FROM cosid.status "
                                   "WHERE name = 'w'"), ["w_js|3"])
         self.assertEqual(cluster.query("SELECT count(*) FROM cosid.machine_lease "
@@ -347,7 +347,7 @@ class Generators(unittest.TestCase):
 
     def test_a_new_generator_is_known_as_soon_as_its_creation_commits(self):
         # Until the worker has published it and holds its lease, a new generator is refused
-        # with 55000 (retry in a moment), in the creating session and in others; never with
+        # with 55P03 (retry in a moment), in the creating session and in others; never with
         # 42704, which would tell the caller it was never created.
         cluster = self.cluster("gen-new", 25806)
         wait_generators_up(cluster, ["default"])
@@ -379,7 +379,7 @@ class Generators(unittest.TestCase):
             refusals.append(refusal(lambda: creator.run("SELECT cosid_next('fresh')")))
             refusals.append(refusal(lambda: cluster.query("SELECT cosid_next('fresh')")))
             self.assertIsNotNone(next_id(cluster)[0], "the default generator stopped")
-        self.assertEqual(set(refusals), {"55000"})
+        self.assertEqual(set(refusals), {"55P03"})
         locker.run("COMMIT")
         wait_for(lambda: next_id(cluster, "fresh")[0], 10, "'fresh' to generate")
         creator.run("SELECT cosid_next('fresh')")
@@ -547,10 +547,10 @@ class Generators(unittest.TestCase):
         for name, load in loads.items():
             sessions = load.sessions
             totals[name] = sum(len(s.ids) for s in sessions)
-            # Refused while claiming (55000), or cut by the shutdown, the crash and the start;
+            # Refused while claiming (55P03), or cut by the shutdown, the crash and the start;
             # never told that the generator does not exist.
             self.assertLessEqual({s.sqlstate for s in sessions if s.error},
-                                 {"55000", "57P01", "57P02", "57P03", "connection"}, name)
+                                 {"55P03", "57P01", "57P02", "57P03", "connection"}, name)
             self.assertEqual(duplicates(sessions), 0, f"duplicate ids of '{name}'")
             self.assertEqual(sessions_not_increasing(sessions), [], name)
             # Every phase made ids, and every session's ids are of this generator's layout.

@@ -408,11 +408,11 @@ class Hostile(unittest.TestCase):
         wait_for(lambda: "machine id 5000, outside 0 to 1023" in (status(server)["last_error"]
                                                                   or ""), 10, "the refusal")
         self.assertEqual(status(server)["state"], "CLAIMING")
-        self.assertEqual(try_next(server)[1], "55000")
+        self.assertEqual(try_next(server)[1], "55P03")
         answer_claims_with(store, "'released', 3, NULL::bigint, 0::bigint, 0::bigint")
         wait_for(lambda: "no previous watermark" in (status(server)["last_error"] or ""), 10,
                  "the refusal of a NULL watermark")
-        self.assertEqual(try_next(server)[1], "55000")
+        self.assertEqual(try_next(server)[1], "55P03")
         self.assertNotIn("panicked", server.log())
         self.assertNotIn("server process (PID", server.log())
 
@@ -592,7 +592,7 @@ class Hostile(unittest.TestCase):
                 10 AS machine_bits, 12 AS sequence_bits, now() AS created_at;
             CREATE TABLE cosid.generator_namespace (namespace text, layout text);""", db="appdb")
         # The worker has read "the definitions" once a name is refused as unknown (42704),
-        # not as not yet read (55000).
+        # not as not yet read (55P03).
         wait_for(lambda: try_next(cluster, "SELECT cosid_next('x')")[1] == "42704", 15,
                  "the worker's first read")
         self.assertEqual(cluster.query("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),

@@ -231,7 +231,7 @@ class Leases(unittest.TestCase):
         stolen_at = time.monotonic()
         failed = wait_for(lambda: try_next(cluster)[1], 5, "cosid_next() to fail")
         failed_after = time.monotonic() - stolen_at
-        self.assertIn(failed, {"55000", "53400"})
+        self.assertIn(failed, {"55P03", "53400"})
         # One renewal period (0.5 s) and the round trips of a loaded machine; the local deadline
         # alone would have taken 3.6 s.
         self.assertLess(failed_after, 0.5 + 1.5, "not within one renewal")
@@ -272,7 +272,7 @@ class Leases(unittest.TestCase):
         self.assertGreaterEqual(first_failure, DEADLINE_S - 0.5 - 0.3)
         self.assertTrue(all(value is None for sent, _, value, _ in outcomes if sent > DEADLINE_S),
                         "generated after the deadline")
-        self.assertEqual({state for _, _, value, state in outcomes if value is None}, {"55000"})
+        self.assertEqual({state for _, _, value, state in outcomes if value is None}, {"55P03"})
         locker.stdin.write("COMMIT;\n")
         locker.stdin.close()
         locker.wait()
@@ -308,7 +308,7 @@ class Leases(unittest.TestCase):
         self.assertIn("gave it back", behind["last_error"])
         with self.assertRaises(SqlError) as refused:
             cluster.query("SELECT cosid_next()")
-        self.assertEqual(refused.exception.sqlstate, "55000")
+        self.assertEqual(refused.exception.sqlstate, "55P03")
         self.assertIn("CLOCK_BEHIND", refused.exception.stderr)
         self.assertEqual(cluster.query(
             f"SELECT state FROM cosid.machine_lease WHERE machine_id = {machine_id}"), "released")
@@ -333,7 +333,7 @@ class Leases(unittest.TestCase):
         down = wait_for(lambda: status(cluster)["state"] == "DOWN" and status(cluster), 5,
                         "the renewal to fail")
         self.assertIn("statement timeout", down["last_error"])
-        wait_for(lambda: try_next(cluster)[1] == "55000", DEADLINE_S + 2, "the deadline")
+        wait_for(lambda: try_next(cluster)[1] == "55P03", DEADLINE_S + 2, "the deadline")
         cluster.query("DROP TRIGGER slow ON cosid.machine_lease")
         wait_for(lambda: try_next(cluster)[0], 5, "generation after the store recovers")
         wait_up(cluster, timeout=5)

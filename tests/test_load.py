@@ -17,7 +17,7 @@ from test_lease import SAFE_GUARD_S, status, wait_for
 CLIENTS = 200
 SECONDS = 14
 
-# One transaction: insert a row keyed by cosid_next(). A refusal to generate (no lease, 55000 or
+# One transaction: insert a row keyed by cosid_next(). A refusal to generate (no lease, 55P03 or
 # 53400) is counted, not fatal; any other error, a duplicate key above all, aborts the client.
 SETUP_SQL = """
 CREATE EXTENSION IF NOT EXISTS cosid;
@@ -27,7 +27,7 @@ CREATE UNLOGGED TABLE refusals (sqlstate text, n bigint DEFAULT 1);
 CREATE FUNCTION add_event(client int) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO events (client) VALUES (client);
-EXCEPTION WHEN object_not_in_prerequisite_state OR configuration_limit_exceeded THEN
+EXCEPTION WHEN lock_not_available OR configuration_limit_exceeded THEN
     INSERT INTO refusals (sqlstate) VALUES (SQLSTATE);
 END $$;
 """

@@ -190,13 +190,16 @@ class Settings(unittest.TestCase):
                     "cosid_to_radix62(295913926632165376), cosid_friendly(295913926632165376)",
                     db=database)[0],
                     [vector, vector, vector, "0LrHucXALbs", "20220320053617924-5-0"])
-        # A no-break space (LATIN1 0xA0) around the parts is a blank, as in a UTF-8 database.
-        self.assertEqual(self.cluster.query(
-            "SELECT cosid_from_friendly(chr(160) || '20220320053617924-5-0' || chr(160))",
-            db="latin"), vector)
-        self.assertEqual(self.cluster.query(
-            "SELECT cosid_from_friendly(chr(160) || '20220320053617924-5-0' || chr(160))"),
-            vector)
+        # A no-break space (LATIN1 0xA0) around the parts is refused, as any blank is, in a
+        # LATIN1 database (quoted as an escape) as in a UTF-8 one: CosId writes none.
+        for db, quoted in [("latin", "\\u00A0"), ("postgres", "\u00a0")]:
+            with self.assertRaises(SqlError) as refused:
+                self.cluster.query(
+                    "SELECT cosid_from_friendly(chr(160) || '20220320053617924-5-0' || chr(160))",
+                    db=db)
+            self.assertEqual(refused.exception.sqlstate, "22023", refused.exception.stderr)
+            self.assertEqual(refused.exception.message,
+                             f'invalid cosid friendly id: "{quoted}20220320053617924-5-0{quoted}"')
 
     def test_spin_threshold_beyond_broken_threshold_stops_the_server(self):
         self.assert_refused({"cosid.machine_id": 1,
@@ -209,6 +212,11 @@ class Settings(unittest.TestCase):
     def test_namespace_too_long_stops_the_server(self):
         self.assert_refused({"cosid.machine_id": 1, "cosid.namespace": "'" + "n" * 64 + "'"},
                             'invalid value for parameter "cosid.namespace"')
+
+    def test_a_long_refused_value_is_cut_in_the_message(self):
+        self.assert_refused({"cosid.machine_id": 1, "cosid.namespace": "'" + "n" * 10000 + "'"},
+                            'invalid value for parameter "cosid.namespace": "' + "n" * 64
+                            + '…" (10000 characters)')
 
     def test_negative_lease_duration_stops_the_server(self):
         self.assert_refused({"cosid.distributor": "lease", "cosid.guarder_delay": -5},
@@ -298,7 +306,7 @@ class Settings(unittest.TestCase):
                 self.assertIn("cannot reach the lease table", last_error)
                 with self.assertRaises(SqlError) as refused:
                     self.cluster.query("SELECT cosid_next()")
-                self.assertEqual(refused.exception.sqlstate, "55000")
+                self.assertEqual(refused.exception.sqlstate, "55P03")
                 wait_until(lambda: "cannot reach the lease table" in self.cluster.log(),
                            "the worker's warning")
                 for text in (last_error, refused.exception.stderr, self.cluster.log()):

@@ -191,12 +191,13 @@ pub enum TimeRangeError {
 /// Why a friendly or Radix62 text was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParseError {
-    /// Not three non-empty parts separated by '-'.
+    /// Not three non-empty parts separated by single '-'.
     Shape,
     /// The timestamp part is not `yyyyMMddHHmmss[SSS]` of a real date.
     Timestamp,
-    /// A part that should be a decimal number is not one.
-    Number(&'static str),
+    /// A part that should be a decimal number is not one, or is padded to another width than
+    /// CosId's; carries the part's name and its padded width.
+    Number(&'static str, usize),
     /// A part is outside the layout's range; carries the part's name and maximum.
     OutOfRange(&'static str, u64),
     /// Outside the layout's time range.
@@ -413,17 +414,20 @@ impl Layout {
         Some(text)
     }
 
-    /// Parses CosId's friendly form, padded (`20220320053617924-0005-0000`) or not
-    /// (`20220320053617924-5-0`). Like CosId, blanks around the parts are ignored.
+    /// Parses CosId's friendly form, exactly as CosId writes it: the timestamp, then the machine
+    /// id and the sequence in decimal, either unpadded (`20220320053617924-5-0`) or padded with
+    /// zeros to the width of the field's largest value (`20220320053617924-0005-0000`), separated
+    /// by single '-'. Nothing else is taken: no blank, sign, empty part or other padding.
     pub fn from_friendly(&self, text: &str) -> Result<i64, ParseError> {
-        let parts: Vec<&str> = text
-            .split('-')
-            .map(str::trim)
-            .filter(|part| !part.is_empty())
-            .collect();
-        let [stamp, machine, sequence] = parts[..] else {
+        let mut parts = text.split('-');
+        let (Some(stamp), Some(machine), Some(sequence), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
             return Err(ParseError::Shape);
         };
+        if stamp.is_empty() || machine.is_empty() || sequence.is_empty() {
+            return Err(ParseError::Shape);
+        }
         let stamp_len = match self.time_unit {
             TimeUnit::Millisecond => 17,
             TimeUnit::Second => 14,
@@ -446,8 +450,8 @@ impl Layout {
         let ticks = self
             .unix_ms_to_ticks(unix_ms)
             .map_err(ParseError::TimeRange)?;
-        let machine_id = parse_decimal(machine, "machine id", u64::from(self.max_machine_id()))?;
-        let sequence = parse_decimal(sequence, "sequence", u64::from(self.max_sequence()))?;
+        let machine_id = parse_field(machine, "machine id", u64::from(self.max_machine_id()))?;
+        let sequence = parse_field(sequence, "sequence", u64::from(self.max_sequence()))?;
         // Each part was checked against its field above.
         Ok(self.compose_in_range(IdParts {
             ticks,
@@ -558,13 +562,17 @@ pub fn format_unix_ms(unix_ms: i64) -> String {
     text
 }
 
+/// How many characters of a text a message quotes: a longer one is cut there, followed by "…"
+/// and its length in characters, so that a 10 kB argument does not fill the log.
+pub const MESSAGE_TEXT_CHARS: usize = 64;
+
 /// Text in double quotes, for a message. With `ascii_only`, for a server whose encoding is not
 /// UTF-8, other characters are written as `\uXXXX` (`\UXXXXXXXX` beyond the BMP), the escapes
 /// of PostgreSQL's `E''` strings.
 pub fn quote_for_message(text: &str, ascii_only: bool) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
+    let mut out = String::with_capacity(text.len().min(4 * MESSAGE_TEXT_CHARS) + 32);
     out.push('"');
-    for c in text.chars() {
+    for c in text.chars().take(MESSAGE_TEXT_CHARS) {
         let code = u32::from(c);
         if c.is_ascii() || !ascii_only {
             out.push(c);
@@ -574,25 +582,34 @@ pub fn quote_for_message(text: &str, ascii_only: bool) -> String {
             out.push_str(&format!("\\U{code:08X}"));
         }
     }
-    out.push('"');
+    let chars = text.chars().count();
+    if chars > MESSAGE_TEXT_CHARS {
+        out.push_str(if ascii_only { "...\"" } else { "…\"" });
+        write!(out, " ({chars} characters)").expect("a String takes any text");
+    } else {
+        out.push('"');
+    }
     out
 }
 
-fn parse_decimal(text: &str, what: &'static str, max: u64) -> Result<u64, ParseError> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(ParseError::Number(what));
+/// The number of decimal digits of `value`: the width CosId pads a field of that maximum to.
+pub fn decimal_width(value: u64) -> usize {
+    value.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+/// A machine id or sequence of a friendly id: ASCII digits, without leading zeros, or padded
+/// with zeros to exactly the width of `max`.
+fn parse_field(text: &str, what: &'static str, max: u64) -> Result<u64, ParseError> {
+    let width = decimal_width(max);
+    let padded = text.len() > 1 && text.starts_with('0');
+    if text.is_empty()
+        || !text.bytes().all(|b| b.is_ascii_digit())
+        || (padded && text.len() != width)
+    {
+        return Err(ParseError::Number(what, width));
     }
-    let trimmed = text.trim_start_matches('0');
-    if trimmed.len() > 19 {
-        return Err(ParseError::OutOfRange(what, max));
-    }
-    let value: u64 = if trimmed.is_empty() {
-        0
-    } else {
-        trimmed
-            .parse()
-            .map_err(|_| ParseError::OutOfRange(what, max))?
-    };
+    // More digits than any u64 has is out of range as surely as a too large value.
+    let value = text.parse::<u64>().unwrap_or(u64::MAX);
     if value > max {
         return Err(ParseError::OutOfRange(what, max));
     }
@@ -729,7 +746,7 @@ mod tests {
         );
         assert_eq!(
             layout.from_friendly(" 20220320053617924 - 5 - 0 "),
-            Ok(COSID_VECTOR_ID)
+            Err(ParseError::Timestamp)
         );
         assert_eq!(from_radix62("0LrHucXALbs"), Ok(COSID_VECTOR_ID));
         assert_eq!(from_radix62("LrHucXALbs"), Ok(COSID_VECTOR_ID));
@@ -879,6 +896,96 @@ mod tests {
     }
 
     #[test]
+    fn only_cosids_friendly_forms_are_taken() {
+        let layout = Layout::cosid_default();
+        let id = layout.from_friendly("20220320053617924-5-0").unwrap();
+        assert_eq!(layout.from_friendly("20220320053617924-0005-0000"), Ok(id));
+        assert_eq!(
+            layout
+                .from_friendly("20220320053617924-1023-4095")
+                .map(|_| ()),
+            Ok(())
+        );
+        assert_eq!(
+            layout.from_friendly("20220320053617924-0-0").map(|_| ()),
+            Ok(())
+        );
+        for text in [
+            "20220320053617924--5-0",
+            "---5---0",
+            "20220320053617924-5-0-",
+            "-20220320053617924-5-0",
+            "20220320053617924-5--0",
+            "20220320053617924-5",
+            "--",
+            "",
+        ] {
+            assert_eq!(
+                layout.from_friendly(text),
+                Err(ParseError::Shape),
+                "{text:?}"
+            );
+        }
+        for text in [
+            " 20220320053617924-5-0",
+            "20220320053617924 -5-0",
+            "\u{a0}20220320053617924-5-0",
+            "+0220320053617924-5-0",
+            "２0220320053617924-5-0",
+        ] {
+            assert_eq!(
+                layout.from_friendly(text),
+                Err(ParseError::Timestamp),
+                "{text:?}"
+            );
+        }
+        for (text, part) in [
+            ("20220320053617924- 5-0", "machine id"),
+            ("20220320053617924-5 -0", "machine id"),
+            ("20220320053617924-+5-0", "machine id"),
+            ("20220320053617924-05-0", "machine id"),
+            ("20220320053617924-00005-0", "machine id"),
+            ("20220320053617924-5-0\u{a0}", "sequence"),
+            ("20220320053617924-5-000", "sequence"),
+            ("20220320053617924-5-0 ", "sequence"),
+            ("20220320053617924-5-\n0", "sequence"),
+        ] {
+            assert_eq!(
+                layout.from_friendly(text),
+                Err(ParseError::Number(part, 4)),
+                "{text:?}"
+            );
+        }
+        let seconds = Layout::new(layout.epoch_ms(), TimeUnit::Second, 31, 1, 31).unwrap();
+        assert_eq!(decimal_width(u64::from(seconds.max_machine_id())), 1);
+        assert_eq!(decimal_width(u64::from(seconds.max_sequence())), 10);
+        assert_eq!(decimal_width(0), 1);
+        assert_eq!(decimal_width(9), 1);
+        assert_eq!(decimal_width(10), 2);
+        assert_eq!(decimal_width(u64::MAX), 20);
+    }
+
+    #[test]
+    fn long_texts_are_cut_in_messages() {
+        let short = "a".repeat(MESSAGE_TEXT_CHARS);
+        assert_eq!(quote_for_message(&short, false), format!("\"{short}\""));
+        let long = "é".repeat(10_000);
+        let quoted = quote_for_message(&long, false);
+        assert_eq!(
+            quoted,
+            format!("\"{}…\" (10000 characters)", "é".repeat(MESSAGE_TEXT_CHARS))
+        );
+        let ascii = quote_for_message(&long, true);
+        assert_eq!(
+            ascii,
+            format!(
+                "\"{}...\" (10000 characters)",
+                "\\u00E9".repeat(MESSAGE_TEXT_CHARS)
+            )
+        );
+    }
+
+    #[test]
     fn bad_friendly_text_is_refused() {
         let layout = Layout::cosid_default();
         assert_eq!(layout.from_friendly("garbage"), Err(ParseError::Shape));
@@ -901,7 +1008,7 @@ mod tests {
         );
         assert_eq!(
             layout.from_friendly("20220320053617924-x-0"),
-            Err(ParseError::Number("machine id"))
+            Err(ParseError::Number("machine id", 4))
         );
         assert_eq!(
             layout.from_friendly("20220320053617924-1024-0"),

@@ -57,11 +57,13 @@ pub fn server_settings(
     clock_within_layout(&layout, crate::host::unix_ms_now())?;
     let namespace = string_setting(&NAMESPACE);
     if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
-        return Err(
-            refused("cosid.namespace", format!("\"{namespace}\"")).detail(format!(
-                "A namespace is 1 to {MAX_NAMESPACE_LEN} bytes long."
-            )),
-        );
+        return Err(refused(
+            "cosid.namespace",
+            layout::quote_for_message(&namespace, false),
+        )
+        .detail(format!(
+            "A namespace is 1 to {MAX_NAMESPACE_LEN} bytes long."
+        )));
     }
     if let Some(refusal) = control_character("cosid.namespace", "A namespace", &namespace) {
         return Err(refusal);
@@ -156,7 +158,7 @@ fn lease_settings(
     if let Some(id) = &instance_id {
         if id.len() > MAX_INSTANCE_ID_LEN {
             return Err(
-                refused("cosid.instance_id", format!("\"{id}\"")).detail(format!(
+                refused("cosid.instance_id", layout::quote_for_message(id, false)).detail(format!(
                     "An instance id is at most {MAX_INSTANCE_ID_LEN} bytes long."
                 )),
             );
@@ -200,8 +202,9 @@ fn lease_settings(
 
 fn invalid_setting(name: &CStr, value: &str) -> CosidError {
     CosidError::invalid_argument(format!(
-        "invalid value for parameter \"{}\": \"{value}\"",
-        name.to_string_lossy()
+        "invalid value for parameter \"{}\": {}",
+        name.to_string_lossy(),
+        layout::quote_for_message(value, false)
     ))
 }
 

@@ -464,12 +464,12 @@ pub(super) fn unknown_generator(quoted: &str) -> CosidError {
             .detail(why.detail())
             .hint(why.hint());
         }
-        return CosidError::prerequisite(format!(
+        return CosidError::unavailable(format!(
             "cosid generator {quoted} is not known yet"
         ))
         .detail(format!(
-            "The background worker has not yet read the generators' definitions (table cosid.generator in database \"{}\", cosid.database) since the server started or a generator was created.",
-            settings::server().map_or("?", |settings| settings.database.as_str())
+            "The background worker has not yet read the generators' definitions (table cosid.generator in cosid.database, \"{}\") since the server started or a generator was created.",
+            settings::server().map_or("", |settings| settings.database.as_str())
         ))
         .hint("Try again in a moment. If this lasts, see the server log and cosid.status.");
     }
@@ -485,11 +485,14 @@ pub(super) fn unknown_generator(quoted: &str) -> CosidError {
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
         format!("cosid generator {quoted} does not exist"),
     )
-    .hint(format!(
-        "The generators of this server are: {}. Create one with cosid_create_generator() in database \"{}\"; it is usable everywhere within about a second.",
-        names.join(", "),
-        settings::server().map_or("?", |settings| settings.database.as_str())
-    ))
+    .hint(match settings::server() {
+        Some(settings) => format!(
+            "The generators of this server are: {}. Create one with cosid_create_generator() in database \"{}\"; it is usable everywhere within about a second.",
+            names.join(", "),
+            settings.database
+        ),
+        None => "Only the default generator exists while cosid is not loaded via \"shared_preload_libraries\".".to_string(),
+    })
 }
 
 fn already_exists(name: &str) -> CosidError {

@@ -704,11 +704,13 @@ fn parse_error(layout: &Layout, text: &TextArg, why: ParseError) -> CosidError {
             CosidError::invalid_argument(format!("invalid cosid friendly id: {quoted}"))
                 .detail(friendly_form)
         }
-        ParseError::Number(part) => {
-            CosidError::invalid_argument(format!("invalid cosid friendly id: {quoted}")).detail(
-                format!("Its {part} is not a decimal number. {friendly_form}"),
-            )
-        }
+        ParseError::Number(part, width) => CosidError::invalid_argument(format!(
+            "invalid cosid friendly id: {quoted}"
+        ))
+        .detail(format!(
+            "Its {part} must be a decimal number without leading zeros, or padded with \
+                     zeros to {width} digits. {friendly_form}"
+        )),
         ParseError::OutOfRange(part, max) => {
             CosidError::out_of_range(format!("cosid friendly id {quoted} is out of range"))
                 .detail(format!("Its {part} must be from 0 to {max}."))
@@ -738,14 +740,6 @@ fn known_time(unix_ms: i64) -> Option<TimestampWithTimeZone> {
         .flatten()
 }
 
-fn format_known_time(unix_ms: i64) -> String {
-    if unix_ms == UNKNOWN_TIME {
-        "never".to_string()
-    } else {
-        layout::format_unix_ms(unix_ms)
-    }
-}
-
 /// Why the server has no machine id, when a store-less distributor gave none.
 fn no_machine_id() -> Option<&'static cosid_core::distributor::NoMachineId> {
     match settings::server().map(|settings| &settings.machine) {
@@ -759,19 +753,12 @@ fn recovery_in_progress() -> bool {
     unsafe { pg_sys::RecoveryInProgress() }
 }
 
-/// The lease's state and last error, as a sentence for a DETAIL.
+/// The lease's state, last renewal and last error, as sentences for a DETAIL.
 fn lease_situation(slot: &shmem::GeneratorSlot) -> String {
     let lease = &slot.lease;
-    let error = lease.last_error.load();
-    let mut text = format!(
-        "The lease is {}; its last renewal succeeded at {} by the lease store's clock.",
-        lease.state().name(),
-        format_known_time(lease.last_renewed_at_ms())
-    );
-    if !error.is_empty() {
-        text.push_str(&format!(" Last error: {error}."));
-    }
-    text
+    let renewed = lease.last_renewed_at_ms();
+    let renewed = (renewed != UNKNOWN_TIME).then(|| layout::format_unix_ms(renewed));
+    cosid_core::lease::situation(lease.state(), renewed.as_deref(), &lease.last_error.load())
 }
 
 fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
@@ -790,9 +777,11 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         let detail = if why.is_empty() {
             "The generator is stopped.".to_string()
         } else {
-            format!("The generator is stopped: {why}.")
+            format!("The generator is stopped: {}.", why.trim_end_matches('.'))
         };
-        return CosidError::prerequisite(message).detail(detail);
+        return CosidError::prerequisite(message)
+            .detail(detail)
+            .hint("See cosid.status and the server log for the cause.");
     }
     let lease = &slot.lease;
     let local_store = matches!(
@@ -833,13 +822,24 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         ))
         .hint(format!("{raise}: see cosid.leases. Do not delete rows of cosid.machine_lease: their watermarks keep ids from being issued twice."));
     }
-    CosidError::prerequisite(format!(
-        "cosid holds no machine id lease in namespace \"{namespace}\""
-    ))
-    .detail(lease_situation(slot))
-    .hint(
-        "See cosid.status. Ids are generated again as soon as the background worker holds a lease.",
-    )
+    let message = format!("cosid holds no machine id lease in namespace \"{namespace}\"");
+    match lease.problem() {
+        // Only an operator ends these: the extension is missing or older than the library in
+        // the lease table's database, or the namespace holds ids of another layout.
+        LeaseProblem::NoExtension | LeaseProblem::LayoutMismatch => {
+            CosidError::prerequisite(message)
+                .detail(lease_situation(slot))
+                .hint("The last error says what to change. See cosid.status and the server log.")
+        }
+        // Claiming, a failed renewal, a lost lease, a clock behind the last holder's watermark:
+        // the background worker ends each by itself.
+        _ => CosidError::unavailable(message)
+            .detail(lease_situation(slot))
+            .hint(
+                "Retry in a moment: ids are generated again as soon as the background worker \
+                 holds a lease. If this lasts, see cosid.status and the server log.",
+            ),
+    }
 }
 
 /// The state file of the slot's namespace.
@@ -884,7 +884,7 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
             last_unix_ms,
             now_unix_ms,
             broken_threshold_ms,
-        } => CosidError::prerequisite(format!(
+        } => CosidError::unavailable(format!(
             "clock moved backwards by {} ms",
             last_unix_ms - now_unix_ms
         ))
@@ -896,42 +896,44 @@ fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError
             layout::format_unix_ms(now_unix_ms)
         ))
         .hint(
-            "Check the server's time synchronisation. Ids are issued again once the clock passes \
-             the last issued timestamp.",
+            "Retry in a moment: ids are issued again once the clock passes the last issued \
+             timestamp. If this lasts, check the server's time synchronisation.",
         ),
         GenerateError::ClockStalled { waited_ms } => {
-            CosidError::prerequisite("the clock did not advance").detail(format!(
+            CosidError::unavailable("the clock did not advance").detail(format!(
                 "cosid waited {waited_ms} ms for the clock to reach the next tick of namespace \
                  \"{}\".",
                 slot.namespace()
             ))
+            .hint("Retry at once. If this lasts, check the server's clock.")
         }
         GenerateError::TimeRange(range) => {
             time_range_error(&slot.config().layout, range, "the current time")
         }
         GenerateError::DeadlinePassed => {
-            let machine_id = slot
+            let of_machine_id = slot
                 .lease
                 .held()
-                .map(|(machine_id, _)| machine_id.to_string())
-                .unwrap_or_else(|| "?".to_string());
-            CosidError::prerequisite(format!(
-                "cosid lease of machine id {machine_id} in namespace \"{}\" was not renewed in time",
+                .map(|(machine_id, _)| format!(" of machine id {machine_id}"))
+                .unwrap_or_default();
+            CosidError::unavailable(format!(
+                "cosid lease{of_machine_id} in namespace \"{}\" was not renewed in time",
                 slot.namespace()
             ))
             .detail(format!(
                 "{} Without a renewal, generation stops cosid.safe_guard_duration minus its margin after the last successful one was sent.",
                 lease_situation(slot)
             ))
-            .hint("Check the lease table's database and the cosid background worker (cosid.status). Ids are generated again as soon as a renewal succeeds.")
+            .hint("Retry in a moment: ids are generated again as soon as a renewal succeeds. If this lasts, check the lease table's database and the cosid background worker (cosid.status).")
         }
         GenerateError::BoundReached { bound_unix_ms } => {
-            CosidError::prerequisite("cosid reached the watermark of its lease").detail(format!(
+            CosidError::unavailable("cosid reached the watermark of its lease").detail(format!(
                 "No id of namespace \"{}\" may have a timestamp at or after {} until the lease is \
              renewed.",
                 slot.namespace(),
                 layout::format_unix_ms(bound_unix_ms)
             ))
+            .hint("Retry in a moment: the background worker renews the lease and moves the watermark ahead. If this lasts, see cosid.status.")
         }
     }
 }

@@ -53,6 +53,18 @@ impl LeaseState {
         }
     }
 
+    /// The state as the start of a sentence, for an error's DETAIL.
+    pub const fn sentence(self) -> &'static str {
+        match self {
+            LeaseState::Claiming => "The background worker is claiming a machine id.",
+            LeaseState::Up => "The lease is held and renewed.",
+            LeaseState::Down => "The lease is held, but its last renewal failed.",
+            LeaseState::Lost => "The lease was lost: the lease store shows another holder of the machine id.",
+            LeaseState::ClockBehind => "The machine id found was given back: its watermark is ahead of this server's clock by more than cosid.clock_backwards_broken_threshold.",
+            LeaseState::Stopped => "The lease is stopped.",
+        }
+    }
+
     pub fn from_u8(value: u8) -> LeaseState {
         match value {
             0 => LeaseState::Claiming,
@@ -63,6 +75,33 @@ impl LeaseState {
             _ => LeaseState::Stopped,
         }
     }
+}
+
+/// The lease's state, last renewal and last error in full sentences, for an error's DETAIL:
+/// `last_renewed` is the time of the last successful renewal already written out, `None` when no
+/// renewal has succeeded yet.
+pub fn situation(state: LeaseState, last_renewed: Option<&str>, last_error: &str) -> String {
+    let sentence = state.sentence();
+    let mut text = format!(
+        "{} (state {} in cosid.status).",
+        sentence.trim_end_matches('.'),
+        state.name()
+    );
+    match last_renewed {
+        Some(at) => {
+            text.push_str(" The last successful renewal was at ");
+            text.push_str(at);
+            text.push_str(" by the lease store's clock.");
+        }
+        None => text.push_str(" No renewal has succeeded yet."),
+    }
+    let error = last_error.trim().trim_end_matches('.');
+    if !error.is_empty() {
+        text.push_str(" The last error was: ");
+        text.push_str(error);
+        text.push('.');
+    }
+    text
 }
 
 /// The lease timing settings, in milliseconds.
@@ -328,5 +367,38 @@ mod tests {
         for state in 0..=5u8 {
             assert_eq!(LeaseState::from_u8(state) as u8, state);
         }
+    }
+
+    #[test]
+    fn the_situation_reads_as_sentences_in_every_state() {
+        for value in 0..=5 {
+            let state = LeaseState::from_u8(value);
+            for (at, error) in [
+                (None, ""),
+                (Some("2026-12-01 15:00:00.000 UTC"), ""),
+                (None, "could not connect to the lease store."),
+            ] {
+                let text = situation(state, at, error);
+                assert!(!text.contains("never"), "{text}");
+                assert!(!text.contains(".."), "{text}");
+                assert!(text.ends_with('.'), "{text}");
+                assert!(text.starts_with(char::is_uppercase), "{text}");
+            }
+        }
+        assert_eq!(
+            situation(LeaseState::Claiming, None, ""),
+            "The background worker is claiming a machine id (state CLAIMING in cosid.status). \
+             No renewal has succeeded yet."
+        );
+        assert_eq!(
+            situation(
+                LeaseState::Down,
+                Some("2026-12-01 15:00:00.000 UTC"),
+                "timeout."
+            ),
+            "The lease is held, but its last renewal failed (state DOWN in cosid.status). The \
+             last successful renewal was at \
+             2026-12-01 15:00:00.000 UTC by the lease store's clock. The last error was: timeout."
+        );
     }
 }
