@@ -38,8 +38,8 @@ LAYOUT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": MACHINE_BITS,
           "cosid.sequence_bits": SEQUENCE_BITS}
 FAST = {"cosid.safe_guard_duration": "'4s'", "cosid.guarder_delay": "'500ms'",
         "cosid.guarder_initial_delay": "'500ms'"}
-# Refusals a client may see: no lease (55000), no machine id left (53400), and, when a server
-# is stopped (57P01) or killed, a lost connection.
+# Refusals a client may see: no lease for the moment (55P03), no machine id left (53400), and,
+# when a server is stopped (57P01) or killed, a lost connection.
 EXPECTED = {"55P03", "53400", "57P01", "connection"}
 EPOCH_MS = 1_577_203_200_000
 RESULTS = []
