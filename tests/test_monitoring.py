@@ -140,6 +140,19 @@ class Monitoring(unittest.TestCase):
             self.assertNotIn(secret, shown)
         # Without a lease there is no deadline.
         self.assertEqual(deadline_row(cluster, "watcher")["null"], "t")
+        # An application role's refusal says the same, never the error's text; a superuser's
+        # refusal carries it.
+        cluster.query("CREATE ROLE app LOGIN")
+        with self.assertRaises(SqlError) as refused:
+            query_as(cluster, "app", "SELECT cosid_next()")
+        self.assertEqual(refused.exception.sqlstate, "55P03", refused.exception.stderr)
+        self.assertIn("the lease store failed (its error is shown to superusers only)",
+                      refused.exception.stderr)
+        for secret in (str(port), "127.0.0.1", "store_secret"):
+            self.assertNotIn(secret, refused.exception.stderr)
+        with self.assertRaises(SqlError) as refused:
+            cluster.query("SELECT cosid_next()")
+        self.assertIn("store_secret_user", refused.exception.stderr)
 
     def test_deadline_and_timings_in_force(self):
         cluster = self.track(lease_cluster("monitor-deadline", 25712, **{

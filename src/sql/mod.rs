@@ -490,15 +490,7 @@ fn status_rows() -> Vec<(String, StatusRow, StatusExtra)> {
             let thresholds = shmem::backwards_policy();
             let last_error = match no_machine_id() {
                 Some(why) => Some(why.detail()),
-                None => Some(lease.last_error.load())
-                    .filter(|text| !text.is_empty())
-                    .map(|text| {
-                        if full_errors {
-                            text
-                        } else {
-                            lease.problem().public_summary().to_string()
-                        }
-                    }),
+                None => Some(lease_error_for(slot, full_errors)).filter(|text| !text.is_empty()),
             };
             // Read before last_renewed_at: the worker publishes a renewal before the deadline it
             // gives, so the deadline shown is never later than last_renewed_at allows.
@@ -754,11 +746,28 @@ fn recovery_in_progress() -> bool {
 }
 
 /// The lease's state, last renewal and last error, as sentences for a DETAIL.
+/// The lease worker's last error as `role` may see it: its text for a superuser; for any other
+/// role only the kind of problem, since the text of a store's error can name its host, port,
+/// user and database. Empty when there is none.
+fn lease_error_for(slot: &shmem::GeneratorSlot, superuser: bool) -> String {
+    let text = slot.lease.last_error.load();
+    if superuser || text.is_empty() {
+        text
+    } else {
+        slot.lease.problem().public_summary().to_string()
+    }
+}
+
+/// The lease's state in sentences, for the DETAIL of a refusal, which any caller of
+/// `cosid_next()` reads.
 fn lease_situation(slot: &shmem::GeneratorSlot) -> String {
     let lease = &slot.lease;
     let renewed = lease.last_renewed_at_ms();
     let renewed = (renewed != UNKNOWN_TIME).then(|| layout::format_unix_ms(renewed));
-    cosid_core::lease::situation(lease.state(), renewed.as_deref(), &lease.last_error.load())
+    // SAFETY: superuser() only reads the current user's role, which every backend has.
+    let superuser = unsafe { pg_sys::superuser() };
+    let last_error = lease_error_for(slot, superuser);
+    cosid_core::lease::situation(lease.state(), renewed.as_deref(), &last_error)
 }
 
 fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
