@@ -258,7 +258,20 @@ BEGIN
         RAISE EXCEPTION 'the table and the column to convert must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    -- The largest value is read below with a snapshot taken after the lock is granted, which
+    -- only READ COMMITTED does (one per statement). Under REPEATABLE READ or SERIALIZABLE the
+    -- transaction's snapshot predates the lock and would miss rows committed while it waited.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'cosid_convert_column must run at isolation level READ COMMITTED'
+            USING ERRCODE = 'invalid_transaction_state',
+                  DETAIL = pg_catalog.format('This transaction is %s: its snapshot was taken before the table''s lock, so the largest value read could miss rows committed meanwhile.', pg_catalog.current_setting('transaction_isolation')),
+                  HINT = 'Call it in a transaction of its own at READ COMMITTED, the default.';
+    END IF;
     SELECT * INTO v_rel FROM pg_catalog.pg_class c WHERE c.oid = tab;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', tab::oid
+            USING ERRCODE = 'undefined_table';
+    END IF;
     v_column := pg_catalog.format('%s.%I', tab, col);
     IF v_rel.relkind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION '"%" is not a table', tab

@@ -47,8 +47,13 @@ class Uninstall(unittest.TestCase):
             self.assertIn("lease table has rows", stderr)
             self.assertIn("HINT:", stderr)
             self.assertIn("cosid.lease_retire", stderr)
+        # Nor can the database of the leases go, even forcing the lease worker's connection out.
+        for statement in ("DROP DATABASE postgres", "DROP DATABASE postgres WITH (FORCE)"):
+            state, stderr = sqlstate_of(cluster, statement, db="template1")
+            self.assertEqual(state, "55006", f"{statement}: {stderr}")
+            self.assertIn('cannot drop database "postgres" while it is cosid.database', stderr)
         self.assertEqual(cluster.query("SELECT count(*) FROM cosid.machine_lease"), "1")
-        self.assertEqual(cluster.query("SELECT state FROM cosid.status"), "UP")
+        wait_up(cluster)
         self.assertGreater(int(cluster.query("SELECT cosid_next()")), before)
         # Other statements are untouched, CASCADE or not.
         cluster.query("CREATE TABLE scratch (a int); CREATE VIEW scratch_v AS SELECT * FROM scratch; "
@@ -298,6 +303,10 @@ class Convert(unittest.TestCase):
             ("SELECT cosid_convert_column('view_v', 'id')", "42809"),
             ("SELECT cosid_convert_column('owned_t', 'id', 'no_such_generator')", "42704"),
             ("SELECT cosid_convert_column(NULL, 'id')", "22004"),
+            ("SELECT cosid_convert_column(4000000000::oid::regclass, 'id')", "42P01"),
+            # Its snapshot would predate the lock: rows committed meanwhile would be missed.
+            ("BEGIN ISOLATION LEVEL REPEATABLE READ; "
+             "SELECT cosid_convert_column('owned_t', 'id'); COMMIT", "25000"),
         ]
         for sql, expected in cases:
             state, stderr = sqlstate_of(self.cluster, sql)

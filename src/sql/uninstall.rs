@@ -11,6 +11,7 @@
 //! looked at here: what it would lose is read before it runs, and if the extension is gone after
 //! it ran, the statement is refused (the ERROR rolls the drop back). A database without rows
 //! (one that has the extension only for its functions) loses nothing, and its drop goes through.
+//! `DROP DATABASE` of `cosid.database` itself is refused before it runs.
 
 use crate::error::CosidError;
 use cosid_core::uninstall::{drop_refusal, DropLoss, DropRefusal};
@@ -106,6 +107,10 @@ unsafe extern "C-unwind" fn cosid_process_utility(
 /// `statement` is the utility statement's parse tree, or null.
 unsafe fn guarded(statement: *mut pg_sys::Node, run: impl FnOnce()) {
     // SAFETY: the caller's promise.
+    if let Some(refusal) = unsafe { drops_the_lease_database(statement) } {
+        refusal.raise();
+    }
+    // SAFETY: the caller's promise.
     let cascade = unsafe { may_drop_extension(statement) };
     let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
     run();
@@ -116,6 +121,42 @@ unsafe fn guarded(statement: *mut pg_sys::Node, run: impl FnOnce()) {
             }
         }
     }
+}
+
+/// The refusal of `DROP DATABASE` of `cosid.database`. It cannot be looked into from the
+/// database the statement runs in, and `WITH (FORCE)` ends the lease worker's connection: it holds
+/// the lease table (unless `cosid.lease_store` is set) and the named generators' definitions, so
+/// it is refused outright while this server uses it.
+///
+/// # Safety
+/// `node` is a utility statement's parse tree, or null.
+unsafe fn drops_the_lease_database(node: *mut pg_sys::Node) -> Option<CosidError> {
+    if node.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null node starts with its tag; a DropdbStmt's dbname is a NUL-terminated
+    // name from the parser.
+    let name = unsafe {
+        if (*node).type_ != pg_sys::NodeTag::T_DropdbStmt {
+            return None;
+        }
+        let drop = &*(node as *mut pg_sys::DropdbStmt);
+        if drop.dbname.is_null() {
+            return None;
+        }
+        std::ffi::CStr::from_ptr(drop.dbname)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let settings = crate::settings::server()?;
+    (name == settings.database).then(|| {
+        CosidError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+            format!("cannot drop database \"{name}\" while it is cosid.database"),
+        )
+        .detail("It holds cosid's lease table, whose rows' watermarks keep ids from being issued twice, and the named generators' definitions; this server's cosid uses it.")
+        .hint("Uninstall cosid there first as the documentation on uninstalling says, then set cosid.database to another database and restart the server.")
+    })
 }
 
 /// Whether the statement can drop the extension: `Some(cascade)`, or `None`.
