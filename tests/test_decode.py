@@ -32,6 +32,12 @@ SELECT pg_describe_object(d.classid, d.objid, 0)
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'cosid')
    AND d.deptype = 'e'
    AND obj_description(d.objid, d.classid::regclass::text) IS NULL
+   -- PostgreSQL 18 also records as members the types made implicitly with a table or view (its
+   -- row type) and with every type (its array type); they have no comment of their own.
+   AND NOT EXISTS (SELECT FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
+                    WHERE d.classid = 'pg_type'::regclass AND t.oid = d.objid
+                      AND ((t.typcategory = 'A' AND t.typelem <> 0)
+                           OR (t.typrelid <> 0 AND c.relkind <> 'c')))
  ORDER BY 1"""
 
 
