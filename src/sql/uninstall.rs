@@ -30,7 +30,6 @@ pub fn install_drop_guard() {
     }
 }
 
-#[cfg(not(feature = "pg13"))]
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn cosid_process_utility(
@@ -61,35 +60,6 @@ unsafe extern "C-unwind" fn cosid_process_utility(
                 pstmt,
                 query_string,
                 read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-        })
-    }
-}
-
-/// PostgreSQL 13's hook has no `readOnlyTree`.
-#[cfg(feature = "pg13")]
-#[pg_guard]
-unsafe extern "C-unwind" fn cosid_process_utility(
-    pstmt: *mut pg_sys::PlannedStmt,
-    query_string: *const std::ffi::c_char,
-    context: pg_sys::ProcessUtilityContext::Type,
-    params: pg_sys::ParamListInfo,
-    query_env: *mut pg_sys::QueryEnvironment,
-    dest: *mut pg_sys::DestReceiver,
-    qc: *mut pg_sys::QueryCompletion,
-) {
-    // SAFETY: as above.
-    unsafe {
-        guarded((*pstmt).utilityStmt, || match PREVIOUS_HOOK {
-            Some(previous) => previous(pstmt, query_string, context, params, query_env, dest, qc),
-            None => pg_sys::standard_ProcessUtility(
-                pstmt,
-                query_string,
                 context,
                 params,
                 query_env,
