@@ -65,11 +65,11 @@ lint: setup
 	done
 
 integration-test: install
-	cd tests && python3 -m unittest -v $(INTEGRATION_TESTS)
+	cd tests && python3 run.py -v $(INTEGRATION_TESTS)
 
 # The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
 test-faults: install
-	cd tests && COSID_FAULT_ROUNDS=$${COSID_FAULT_ROUNDS:-20} python3 -m unittest -v test_faults test_load
+	cd tests && COSID_FAULT_ROUNDS=$${COSID_FAULT_ROUNDS:-20} python3 run.py -v test_faults test_load
 
 bench: install
 	python3 bench/bench.py

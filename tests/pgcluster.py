@@ -35,6 +35,10 @@ SSL_PG_BIN = Path(subprocess.check_output([SSL_PG_CONFIG, "--bindir"], text=True
 # The tests' preferred ports (25100 to about 26100) are moved by this much per major version.
 PORT_OFFSET = (PG_MAJOR - 15) * 1500
 RUN_AS = "postgres"
+# Every cluster this process has set up, oldest first. The suite's runner (run.py) removes the
+# folders of those a passing test has finished with: the suite makes about 150 clusters of about
+# 40 MB each per PostgreSQL version, more than a small disk holds.
+MADE = []
 
 
 def as_postgres(command, env=None):
@@ -85,6 +89,7 @@ class Cluster:
         self.durable = durable
         # The PostgreSQL programs of this server.
         self.bin = bin_dir
+        MADE.append(self)
 
     def server_env(self):
         # A Rust backtrace would be appended to every error's DETAIL.
@@ -98,10 +103,13 @@ class Cluster:
             shutil.rmtree(self.base)
         self.base.mkdir(parents=True)
         chown_to_postgres(self.base)
-        subprocess.run(
+        result = subprocess.run(
             as_postgres([self.bin / "initdb", "-D", self.data, "-U", "postgres",
                          "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"]),
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{self.name}: initdb failed ({result.returncode}):\n"
+                               f"{result.stderr}\n{disk_space(CLUSTERS)}")
         self.write_settings()
         return self
 
@@ -155,6 +163,20 @@ class Cluster:
     def restart(self):
         self.stop()
         self.start()
+
+    def is_running(self):
+        """Whether a process of this server may still use its folder."""
+        try:
+            pid = self.postmaster_pid()
+        except (OSError, ValueError):
+            return False
+        return os.path.exists(f"/proc/{pid}")
+
+    def remove(self):
+        """Deletes the cluster's folder, its data and log; only for a stopped server."""
+        if self.is_running():
+            raise RuntimeError(f"{self.name} is running: stop it before removing it")
+        shutil.rmtree(self.base, ignore_errors=True)
 
     def postmaster_pid(self):
         return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
@@ -297,6 +319,14 @@ def children_of(parent):
             if int(fields[1]) == parent:
                 children.append(int(entry))
     return children
+
+
+def disk_space(path):
+    """What is left on the disk of path, for messages about failures to write."""
+    while not path.exists():
+        path = path.parent
+    usage = shutil.disk_usage(path)
+    return f"{usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.1f} GiB under {path}"
 
 
 def parse_error(stderr):

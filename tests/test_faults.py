@@ -9,8 +9,8 @@ increasing per connection; only the expected SQLSTATEs. Each scenario prints a t
 scenario also generates from two named generators per server, each in a namespace of its own
 with 1 machine bit, and checks the oracles for each generator apart.
 
-    python3 -m unittest test_faults              the scenarios, one by one (part of make test)
-    COSID_FAULT_ROUNDS=20 python3 -m unittest test_faults.Faults.test_random_mix
+    python3 run.py test_faults                   the scenarios, one by one (part of make test)
+    COSID_FAULT_ROUNDS=20 python3 run.py test_faults.Faults.test_random_mix
                                                  a longer randomized mix (make test-faults)
 """
 
