@@ -96,9 +96,11 @@ AS $$ SELECT '0.4.0'::text $$;
 
 -- cosid.status gains the local deadline and the safe guard's margin, and members of pg_monitor
 -- read it (a lease error's text only for superusers). Its function is a new C symbol of the
--- 0.4.0 library.
-DROP VIEW cosid.status;
-DROP FUNCTION cosid.generator_status();
+-- 0.4.0 library. The view is replaced in place, its new columns after the old ones, so that the
+-- views and functions users built on it keep working: the old function is set aside under
+-- another name (the view follows it), the new one created, the view pointed at it, and the old
+-- one dropped once nothing uses it.
+ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_3_0;
 CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 	"name" TEXT,  /* String */
 	"namespace" TEXT,  /* String */
@@ -108,7 +110,6 @@ CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 	"machine_id" INT,  /* Option < i32 > */
 	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"last_renewed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"deadline" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"last_error" TEXT,  /* Option < String > */
 	"watermark" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
@@ -123,16 +124,18 @@ CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 	"clock_backwards_waits" bigint,  /* i64 */
 	"clock_backwards_errors" bigint,  /* i64 */
 	"safe_guard_duration" interval,  /* Option < Interval > */
-	"safe_guard_margin" interval,  /* Option < Interval > */
 	"guarder_delay" interval,  /* Option < Interval > */
 	"clock_backwards_spin_threshold" interval,  /* Interval */
-	"clock_backwards_broken_threshold" interval  /* Interval */
+	"clock_backwards_broken_threshold" interval,  /* Interval */
+	"deadline" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"safe_guard_margin" interval  /* Option < Interval > */
 )
 STRICT VOLATILE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'generator_status_v4_wrapper';
 
-CREATE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
+CREATE OR REPLACE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
+DROP FUNCTION cosid.generator_status_0_3_0();
 COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: configuration and state.';
 COMMENT ON COLUMN cosid.status.deadline IS 'When cosid_next() starts refusing unless a lease renewal succeeds first; NULL when the generator has no machine id or no deadline.';
 COMMENT ON COLUMN cosid.status.safe_guard_margin IS 'The part of safe_guard_duration kept back for clock skew: the deadline is the last successful renewal''s sending plus safe_guard_duration minus this.';

@@ -232,8 +232,20 @@ class Upgrade(unittest.TestCase):
         cluster.query("CREATE DATABASE from_030")
         cluster.query("CREATE EXTENSION cosid VERSION '0.3.0'", "from_030")
         self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "from_030")[0]), 25)
+        # What users built on cosid.status, for their monitoring, survives the update: the view
+        # gains its new columns in place.
+        cluster.query("CREATE VIEW public.cosid_health AS "
+                      "SELECT name, machine_id FROM cosid.status", "from_030")
+        cluster.query("CREATE FUNCTION public.cosid_machine() RETURNS integer LANGUAGE sql "
+                      "BEGIN ATOMIC SELECT machine_id FROM cosid.status WHERE name = 'default'; "
+                      "END", "from_030")
         cluster.query("ALTER EXTENSION cosid UPDATE", "from_030")
         self.assertEqual(catalog(cluster, "from_030"), fresh)
+        self.assertEqual(cluster.rows("SELECT * FROM public.cosid_health", "from_030"),
+                         [["default", "3"]])
+        self.assertEqual(cluster.query("SELECT public.cosid_machine()", "from_030"), "3")
+        self.assertEqual(cluster.rows("SELECT name, deadline IS NULL FROM cosid.status",
+                                      "from_030"), [["default", "t"]])
         cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
         self.assertEqual(machine_of(cosid_next), 3)
 

@@ -243,7 +243,6 @@ mod cosid {
             name!(machine_id, Option<i32>),
             name!(expires_at, Option<TimestampWithTimeZone>),
             name!(last_renewed_at, Option<TimestampWithTimeZone>),
-            name!(deadline, Option<TimestampWithTimeZone>),
             name!(last_error, Option<String>),
             name!(watermark, Option<TimestampWithTimeZone>),
             name!(epoch, TimestampWithTimeZone),
@@ -258,10 +257,14 @@ mod cosid {
             name!(clock_backwards_waits, i64),
             name!(clock_backwards_errors, i64),
             name!(safe_guard_duration, Option<Interval>),
-            name!(safe_guard_margin, Option<Interval>),
             name!(guarder_delay, Option<Interval>),
             name!(clock_backwards_spin_threshold, Interval),
             name!(clock_backwards_broken_threshold, Interval),
+            // New in 0.4.0, after the columns of 0.3.0: the update replaces the view in place
+            // (CREATE OR REPLACE VIEW may only add columns at the end), so that the views and
+            // functions users built on cosid.status keep working through it.
+            name!(deadline, Option<TimestampWithTimeZone>),
+            name!(safe_guard_margin, Option<Interval>),
         ),
     > {
         TableIterator::new(status_rows().into_iter().map(|(name, row, extra)| {
@@ -274,7 +277,6 @@ mod cosid {
                 row.4,
                 row.5,
                 row.6,
-                extra.deadline,
                 row.7,
                 row.8,
                 row.9,
@@ -289,10 +291,11 @@ mod cosid {
                 row.18,
                 row.19,
                 row.20,
-                extra.safe_guard_margin,
                 row.21,
                 row.22,
                 row.23,
+                extra.deadline,
+                extra.safe_guard_margin,
             )
         }))
     }
