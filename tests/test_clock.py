@@ -13,6 +13,7 @@ from pathlib import Path
 
 from clients import duplicates, run_session, copy_ids
 from pgcluster import Cluster, SqlError, chown_to_postgres, free_port
+from test_hostile import query_as
 from test_lease import FAST_LEASES, status, try_next, ts_ms_of, wait_for, wait_up
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -236,6 +237,17 @@ def assert_refused_for_the_state_file(test, cluster, what_to_do):
     test.assertIn("DETAIL:", error.stderr)
     test.assertIn("HINT:  Restore the file", error.stderr)
     test.assertIn(what_to_do, error.stderr)
+    # A role that is not a superuser is told what happened, not the data directory's path.
+    cluster.query("DO $$ BEGIN CREATE ROLE cosid_app LOGIN; "
+                  "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    with test.assertRaises(SqlError) as refused:
+        query_as(cluster, "cosid_app", "SELECT cosid_next()")
+    hidden = refused.exception
+    test.assertEqual(hidden.sqlstate, "55000", hidden.stderr)
+    test.assertIn("cosid cannot use its state file", hidden.message)
+    test.assertIn("shown to superusers only", hidden.stderr)
+    test.assertIn("HINT:  Restore the file", hidden.stderr)
+    test.assertNotIn(str(cluster.data), hidden.stderr)
     return error
 
 

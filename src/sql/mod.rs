@@ -785,7 +785,8 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         return state_file_error(slot);
     }
     if slot.distributor() != cosid_core::distributor::DistributorKind::Lease {
-        let why = slot.lease.last_error.load();
+        // SAFETY: superuser() only reads the current user's role, which every backend has.
+        let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
         let detail = if why.is_empty() {
             "The generator is stopped.".to_string()
         } else {
@@ -869,24 +870,36 @@ fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
     } else {
         "delete the file and restart the server"
     };
-    let why = slot.lease.last_error.load();
+    // The file's path and the system's error name the data directory, which only superusers and
+    // members of pg_read_all_settings may know: any other role is told only what happened.
+    // SAFETY: superuser() only reads the current user's role, which every backend has.
+    let (message, why) = if unsafe { pg_sys::superuser() } {
+        let message = format!(
+            "cosid cannot use its state file \"{}\"",
+            crate::local_state::path(&state_file_of(slot))
+        );
+        (message, slot.lease.last_error.load())
+    } else {
+        let why = "the state file cannot be used; its path and error are shown to superusers only";
+        (
+            "cosid cannot use its state file".to_string(),
+            why.to_string(),
+        )
+    };
     let mut why_sentence = why.clone();
     if let Some(first) = why.chars().next() {
         why_sentence.replace_range(..first.len_utf8(), &first.to_uppercase().to_string());
     }
-    CosidError::prerequisite(format!(
-        "cosid cannot use its state file \"{}\"",
-        crate::local_state::path(&state_file_of(slot))
-    ))
-    .detail(format!(
-        "{why_sentence}. The file holds the floor that keeps ids issued before a restart or a \
+    CosidError::prerequisite(message)
+        .detail(format!(
+            "{why_sentence}. The file holds the floor that keeps ids issued before a restart or a \
          crash from being issued again, so namespace \"{}\" generates no id without it.",
-        slot.namespace()
-    ))
-    .hint(format!(
-        "Restore the file from a backup of the data directory. Or, once you are sure this \
+            slot.namespace()
+        ))
+        .hint(format!(
+            "Restore the file from a backup of the data directory. Or, once you are sure this \
          server's clock is past the timestamp of every id it issued, {then}."
-    ))
+        ))
 }
 
 fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError {
