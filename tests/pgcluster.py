@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+import unittest
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -207,6 +208,30 @@ class Cluster:
                 raise RuntimeError(f"{self.name}: processes survived kill -9")
             time.sleep(0.02)
 
+    def kill9_a_generating_backend(self, call="cosid_next()"):
+        """kill -9 of a backend while it generates ids with `call`, which makes the postmaster
+        end every backend and reinitialise shared memory. Returns the time of the kill
+        (time.monotonic()) once the server accepts connections again."""
+        log_before = len(self.log())
+        victim = subprocess.Popen(
+            self.psql_command("postgres", "-c", f"SELECT count({call}) "
+                              "FROM generate_series(1, 1000000000000) AS victim"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # It cannot end on its own before the signal reaches it.
+        victim_pid = wait_for(lambda: self.backend_pids("%AS victim%"), 10,
+                              "the victim backend")[0]
+        killed_at = time.monotonic()
+        os.kill(victim_pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+
+        def reinitialised():
+            log = self.log()[log_before:]
+            _, found, after_crash = log.partition("all server processes terminated")
+            return found and "database system is ready to accept connections" in after_crash
+        wait_for(reinitialised, 30, "the reinitialisation")
+        self.wait_ready()
+        return killed_at
+
     def worker_pid(self, name="cosid lease worker"):
         """The pid of a cosid background worker, found through /proc so that it is found while
         the server cannot answer queries."""
@@ -307,6 +332,16 @@ class Cluster:
             f"'{like}' AND pid <> pg_backend_pid()")]
 
 
+class ClusterTest(unittest.TestCase):
+    """A test whose servers are stopped when it ends, however it ends: `track` each one."""
+
+    def track(self, cluster):
+        # Immediately: a test's servers hold nothing to keep. Cleanups run last in, first out,
+        # so a server is stopped before those it was started after (a store, say).
+        self.addCleanup(cluster.stop, mode="immediate", check=False)
+        return cluster
+
+
 def children_of(parent):
     children = []
     for entry in os.listdir("/proc"):
@@ -319,6 +354,17 @@ def children_of(parent):
             if int(fields[1]) == parent:
                 children.append(int(entry))
     return children
+
+
+def wait_for(predicate, timeout, what):
+    """The first true value of predicate(), asked every 50 ms for at most timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def disk_space(path):

@@ -2,9 +2,6 @@
 generator in shared memory; a backend killed with SIGKILL makes the postmaster reinitialise
 shared memory, and generation goes on without a duplicate."""
 
-import os
-import signal
-import subprocess
 import time
 import unittest
 
@@ -66,23 +63,8 @@ class Concurrency(unittest.TestCase):
         log_before = len(cluster.log())
         with LoopingClients(cluster, clients=8, batch=5_000, batches_per_session=20) as load:
             wait_for(lambda: load.ids_so_far() >= 200_000, 30, "ids before the kill")
-            # The victim generates too, and cannot end on its own before the signal reaches it.
-            victim = subprocess.Popen(
-                cluster.psql_command("postgres", "-c", "SELECT count(cosid_next()) "
-                                     "FROM generate_series(1, 1000000000000) AS victim"),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            victim_pid = wait_for(lambda: cluster.backend_pids("%AS victim%"), 10,
-                                    "the victim backend")[0]
-            killed_at = time.monotonic()
-            os.kill(victim_pid, signal.SIGKILL)
-            victim.wait(timeout=30)
             # The postmaster notices, terminates every backend, reinitialises shared memory.
-            def reinitialised():
-                log = cluster.log()[log_before:]
-                _, found, after_crash = log.partition("all server processes terminated")
-                return found and "database system is ready to accept connections" in after_crash
-            wait_for(reinitialised, 30, "the reinitialisation")
-            cluster.wait_ready()
+            killed_at = cluster.kill9_a_generating_backend()
             recovered_at, recovered_wall = time.monotonic(), time.time()
             wait_for(lambda: load.ids_so_far(started_after=recovered_at) >= 200_000, 60,
                        "ids after the kill")

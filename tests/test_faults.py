@@ -30,7 +30,7 @@ from pgcluster import PG_BIN, SqlError, chown_to_postgres
 from test_hostile import query_as
 from test_clock import LIBFAKETIME
 from test_generators import generators, next_id
-from test_lease import DEADLINE_S, SAFE_GUARD_S, status, wait_for, wait_up
+from test_lease import DEADLINE_S, SAFE_GUARD_S, status, wait_for
 
 MACHINE_BITS = 1
 SEQUENCE_BITS = 12

@@ -12,25 +12,15 @@ from collections import defaultdict
 
 from clients import concurrent_sessions, copy_ids, duplicates, run_session
 from fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, FLEET_ROLE, fleet_server, start_store
-from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres, free_port
+from pgcluster import (PG_BIN, Cluster, ClusterTest, as_postgres, chown_to_postgres,
+                       free_port)
 from test_generators import decode, wait_generators_up
 from test_hostile import query_as
 from test_lease import (DEADLINE_S, FAST_LEASES, machine_of, status, try_next, wait_for,
                         wait_up)
 
 
-class Fleet(unittest.TestCase):
-    def setUp(self):
-        self.clusters = []
-
-    def tearDown(self):
-        for cluster in reversed(self.clusters):
-            cluster.stop(mode="immediate", check=False)
-
-    def track(self, cluster):
-        self.clusters.append(cluster)
-        return cluster
-
+class Fleet(ClusterTest):
     def store(self, certificate_role=False, **settings):
         return self.track(start_store("fleet-store", 25200, settings,
                                       certificate_role=certificate_role))

@@ -7,16 +7,14 @@ backend kill -9 and a server kill -9 while every generator generates; a namespac
 machine id left. Lease timings as in test_lease: a 4 s safe guard and renewals every 0.5 s."""
 
 import contextlib
-import os
 import queue
-import signal
 import subprocess
 import threading
 import time
 import unittest
 
 from clients import LoopingClients, duplicates, sessions_not_increasing
-from pgcluster import Cluster, SqlError, free_port, parse_error
+from pgcluster import Cluster, ClusterTest, SqlError, free_port, parse_error
 from test_hostile import query_as
 from test_lease import DEADLINE_S, FAST_LEASES, wait_for
 
@@ -146,19 +144,12 @@ class Psql:
         self.process.stdout.close()
 
 
-class Generators(unittest.TestCase):
-    def setUp(self):
-        self.clusters = []
-
-    def tearDown(self):
-        for cluster in reversed(self.clusters):
-            cluster.stop(mode="immediate", check=False)
-
+class Generators(ClusterTest):
     def cluster(self, name, port, durable=False, **settings):
         """A cluster leasing with short timings, with the extension created."""
         cluster = Cluster(name, free_port(port), {**FAST_LEASES, **settings},
                           durable=durable).init()
-        self.clusters.append(cluster)
+        self.track(cluster)
         cluster.start()
         cluster.query("CREATE EXTENSION cosid")
         return cluster
@@ -517,22 +508,7 @@ class Generators(unittest.TestCase):
             wait_ids(restarted_at, "after the restart")
             # kill -9 of a backend that generates: the postmaster reinitialises shared memory.
             log_before = len(cluster.log())
-            victim = subprocess.Popen(
-                cluster.psql_command("postgres", "-c", "SELECT count(cosid_next('ms')) "
-                                     "FROM generate_series(1, 1000000000000) AS victim"),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            victim_pid = wait_for(lambda: cluster.backend_pids("%AS victim%"), 10,
-                                  "the victim backend")[0]
-            killed_at = time.monotonic()
-            os.kill(victim_pid, signal.SIGKILL)
-            victim.wait(timeout=30)
-
-            def reinitialised():
-                log = cluster.log()[log_before:]
-                _, found, after_crash = log.partition("all server processes terminated")
-                return found and "database system is ready to accept connections" in after_crash
-            wait_for(reinitialised, 30, "the reinitialisation")
-            cluster.wait_ready()
+            killed_at = cluster.kill9_a_generating_backend("cosid_next('ms')")
             wait_generators_up(cluster, layouts)
             wait_ids(killed_at, "after the backend kill -9")
             # kill -9 of the whole server, then a start.

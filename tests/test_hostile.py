@@ -7,13 +7,12 @@ advisory lock that no longer stalls claims."""
 import os
 import subprocess
 import time
-import unittest
 
 from clients import LoopingClients, duplicates, sessions_not_increasing
 from fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
                    start_store)
 from fleet import LEASE_SQL
-from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port, parse_error
+from pgcluster import PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port, parse_error
 from test_lease import FAST_LEASES, lease_cluster, status, try_next, wait_for, wait_up
 
 ONE_BIT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}
@@ -45,20 +44,14 @@ def answer_claims_with(store, row):
         AS $$ SELECT {row} $$""")
 
 
-class Hostile(unittest.TestCase):
+class Hostile(ClusterTest):
     def setUp(self):
-        self.clusters, self.proxies = [], []
-        self.addCleanup(self.stop_everything)
+        self.proxies = []
+        self.addCleanup(self.close_proxies)
 
-    def stop_everything(self):
+    def close_proxies(self):
         for proxy in self.proxies:
             proxy.close()
-        for cluster in reversed(self.clusters):
-            cluster.stop(mode="immediate", check=False)
-
-    def track(self, cluster):
-        self.clusters.append(cluster)
-        return cluster
 
     def fleet_server(self, name, port, store, extra=None, via=None):
         server = self.track(fleet_server(name, port, store.port, {**FAST_LEASES, **(extra or {})},

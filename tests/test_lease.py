@@ -11,8 +11,8 @@ import threading
 import time
 import unittest
 
-from clients import LoopingClients, duplicates, run_session, sessions_not_increasing
-from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port
+from clients import LoopingClients, duplicates, sessions_not_increasing
+from pgcluster import PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port, wait_for
 
 SAFE_GUARD_S = 4.0
 DEADLINE_S = SAFE_GUARD_S - min(10.0, SAFE_GUARD_S / 10)
@@ -31,16 +31,6 @@ def machine_of(value, sequence_bits=SEQUENCE_BITS, mask=MACHINE_MASK):
 
 def ts_ms_of(value, shift=22, epoch_ms=1_577_203_200_000):
     return (value >> shift) + epoch_ms
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def status(cluster):
@@ -79,15 +69,7 @@ def fake_claim(cluster, instance_id, safe_guard_ms, machine_bits=10, namespace="
         f"{safe_guard_ms}, 'token-{instance_id}', 0)")[0]
 
 
-class Leases(unittest.TestCase):
-    def tearDown(self):
-        for cluster in getattr(self, "clusters", []):
-            cluster.stop(mode="immediate", check=False)
-
-    def track(self, cluster):
-        self.clusters = getattr(self, "clusters", []) + [cluster]
-        return cluster
-
+class Leases(ClusterTest):
     def test_start_claims_and_clean_shutdown_releases_with_exact_watermark(self):
         cluster = self.track(lease_cluster("lease-release", 25140))
         cluster.query("CREATE EXTENSION cosid")

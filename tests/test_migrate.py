@@ -9,11 +9,10 @@ refusal with its SQLSTATE."""
 
 import subprocess
 import threading
-import time
 import unittest
 
 from clients import run_session
-from pgcluster import PG_BIN, Cluster, SqlError, as_postgres, free_port
+from pgcluster import PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port
 from test_hostile import query_as
 from test_lease import FAST_LEASES, lease_cluster, wait_for, wait_up
 
@@ -26,15 +25,7 @@ def sqlstate_of(cluster, sql, db="postgres"):
     return None, ""
 
 
-class Uninstall(unittest.TestCase):
-    def tearDown(self):
-        for cluster in getattr(self, "clusters", []):
-            cluster.stop(mode="immediate", check=False)
-
-    def track(self, cluster):
-        self.clusters = getattr(self, "clusters", []) + [cluster]
-        return cluster
-
+class Uninstall(ClusterTest):
     def test_drop_refused_while_leased_and_the_lease_keeps_working(self):
         cluster = self.track(lease_cluster("migrate-drop", 25561))
         cluster.query("CREATE EXTENSION cosid")

@@ -7,7 +7,7 @@ import subprocess
 import time
 import unittest
 
-from pgcluster import Cluster, SqlError, free_port
+from pgcluster import Cluster, ClusterTest, SqlError, free_port
 from test_hostile import query_as
 from test_lease import FAST_LEASES, fake_claim, lease_cluster, wait_for, wait_up
 
@@ -46,15 +46,7 @@ def deadline_row(cluster, role=None):
     return dict(zip(keys, row))
 
 
-class Monitoring(unittest.TestCase):
-    def tearDown(self):
-        for cluster in getattr(self, "clusters", []):
-            cluster.stop(mode="immediate", check=False)
-
-    def track(self, cluster):
-        self.clusters = getattr(self, "clusters", []) + [cluster]
-        return cluster
-
+class Monitoring(ClusterTest):
     def assert_refused(self, role, cluster, sql):
         with self.assertRaises(SqlError, msg=f"{role}: {sql}") as refused:
             query_as(cluster, role, sql)
@@ -209,14 +201,9 @@ class Monitoring(unittest.TestCase):
         self.assertEqual(query_as(cluster, "watcher", "SELECT count(*) FROM cosid.leases"), "1")
 
 
-class WhereTheLeasesLive(unittest.TestCase):
-    def tearDown(self):
-        for cluster in getattr(self, "clusters", []):
-            cluster.stop(mode="immediate", check=False)
-
+class WhereTheLeasesLive(ClusterTest):
     def test_create_extension_outside_cosid_database_says_where_the_leases_live(self):
-        cluster = lease_cluster("monitor-where", 25713)
-        self.clusters = [cluster]
+        cluster = self.track(lease_cluster("monitor-where", 25713))
         self.assertEqual(create_extension(cluster), "")
         up = wait_up(cluster)
         cluster.query("CREATE DATABASE app")
@@ -236,9 +223,8 @@ class WhereTheLeasesLive(unittest.TestCase):
             "SHOW client_min_messages; COMMIT", "app2"), "warning")
 
     def test_a_fixed_machine_id_has_no_deadline_and_no_leases_to_point_to(self):
-        cluster = Cluster("monitor-manual", free_port(25715),
-                          {"cosid.distributor": "manual", "cosid.machine_id": 7}).init()
-        self.clusters = [cluster]
+        cluster = self.track(Cluster("monitor-manual", free_port(25715),
+                                     {"cosid.distributor": "manual", "cosid.machine_id": 7}).init())
         cluster.start()
         cluster.query("CREATE DATABASE app")
         self.assertEqual(create_extension(cluster, "app"), "", "no lease, nothing to point to")

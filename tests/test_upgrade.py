@@ -25,7 +25,7 @@ import unittest
 
 from clients import LoopingClients, run_session
 from fleet import FLEET_ROLE, LEASE_SQL, fleet_server, start_store
-from pgcluster import PG_CONFIG, ROOT, Cluster, SqlError, chown_to_postgres, free_port
+from pgcluster import PG_CONFIG, ROOT, Cluster, ClusterTest, SqlError, free_port
 from test_hostile import query_as
 from test_lease import FAST_LEASES, machine_of, status, ts_ms_of, wait_for, wait_up
 
@@ -174,18 +174,7 @@ def ids_of(sessions):
     return [value for session in sessions for value in session.ids]
 
 
-class Upgrade(unittest.TestCase):
-    def setUp(self):
-        self.clusters = []
-
-    def tearDown(self):
-        for cluster in self.clusters:
-            cluster.stop(mode="immediate", check=False)
-
-    def track(self, cluster):
-        self.clusters.append(cluster)
-        return cluster
-
+class Upgrade(ClusterTest):
     def on_previous_library(self, cluster):
         """Points the cluster at the library of 0.1.0 (from its next start)."""
         if PG_MAJOR != "15":
