@@ -24,7 +24,7 @@ use cosid_core::generator::GenerateError;
 use cosid_core::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
 use cosid_core::lease::{LeaseProblem, UNKNOWN_TIME};
 use pgrx::prelude::*;
-use pgrx::{composite_type, IntoDatum, PgTupleDesc};
+use pgrx::{composite_type, IntoDatum, PgLogLevel, PgTupleDesc};
 use std::sync::OnceLock;
 use text_arg::TextArg;
 
@@ -575,40 +575,55 @@ GRANT SELECT ON TABLE cosid.status TO pg_monitor;
     requires = [cosid::generator_status_v4]
 );
 
-// A database other than cosid.database shows no leases in cosid.leases, while cosid.status says
-// UP: said once, where it is set up, when the server's machine id is leased. The settings exist here, since creating the functions above
-// loaded the library. CREATE EXTENSION runs its script with client_min_messages at least
-// warning, which would hide a NOTICE: it is lowered for this one and set back right after, so
-// that nothing of it outlasts the script (a value set here would last to the end of the
-// transaction).
-extension_sql!(
-    r#"
-DO $where$
-DECLARE
-    v_database text := pg_catalog.current_setting('cosid.database', true);
-    v_store    text := pg_catalog.current_setting('cosid.lease_store', true);
-    v_level    text := pg_catalog.current_setting('client_min_messages');
-BEGIN
-    IF pg_catalog.current_setting('cosid.distributor', true) IS DISTINCT FROM 'lease' THEN
-        RETURN;
-    END IF;
-    PERFORM pg_catalog.set_config('client_min_messages', 'notice', true);
-    IF pg_catalog.length(v_store) OPERATOR(pg_catalog.>) 0 THEN
-        RAISE NOTICE 'cosid leases its machine ids from the shared lease store of cosid.lease_store'
-            USING DETAIL = 'The leases of this server are in cosid.leases of the store''s database; cosid.leases in this database shows none of them.',
-                  HINT = 'See the leases with SELECT * FROM cosid.leases in the store''s database, and this server''s generators with SELECT * FROM cosid.status.';
-    ELSIF v_database OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN
-        RAISE NOTICE 'cosid leases its machine ids in database "%" (cosid.database), not in this one', v_database
-            USING DETAIL = 'cosid.leases in this database shows no lease; cosid.status shows the generators of the whole server in every database.',
-                  HINT = pg_catalog.format('See the leases with SELECT * FROM cosid.leases in database "%s".', v_database);
-    END IF;
-    PERFORM pg_catalog.set_config('client_min_messages', v_level, true);
-END
-$where$;
-"#,
-    name = "where_the_leases_live",
-    requires = ["status_view", "lease_rows_dumped"]
-);
+/// Says, once, where the leases are, when the server's machine id is leased and they are not in
+/// this database: here `cosid.leases` shows none of them while `cosid.status` says UP. The
+/// utility hook calls this after `CREATE EXTENSION cosid` succeeded, under the session's own
+/// `client_min_messages` (the extension's script runs with it at `warning` at least, which would
+/// hide a NOTICE, or show one to a session that asked for warnings only if it were lowered).
+pub(crate) fn say_where_the_leases_live() {
+    let Some(settings) = settings::server() else {
+        return;
+    };
+    let MachineSource::Leased(lease) = &settings.machine else {
+        return;
+    };
+    let notice = if lease
+        .lease_store
+        .as_deref()
+        .is_some_and(|store| !store.is_empty())
+    {
+        CosidError::new(
+            PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION,
+            "cosid leases its machine ids from the shared lease store of cosid.lease_store",
+        )
+        .detail("The leases of this server are in cosid.leases of the store's database; cosid.leases in this database shows none of them.")
+        .hint("See the leases with SELECT * FROM cosid.leases in the store's database, and this server's generators with SELECT * FROM cosid.status.")
+    } else {
+        // SAFETY: get_database_name reads the catalog inside the transaction of CREATE
+        // EXTENSION, for this backend's own database, which exists while it is connected; the
+        // name it returns is a NUL-terminated palloc'd string.
+        let here = unsafe {
+            let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+            if name.is_null() {
+                return;
+            }
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        if here == settings.database {
+            return;
+        }
+        let database = &settings.database;
+        CosidError::new(
+            PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION,
+            format!("cosid leases its machine ids in database \"{database}\" (cosid.database), not in this one"),
+        )
+        .detail("cosid.leases in this database shows no lease; cosid.status shows the generators of the whole server in every database.")
+        .hint(format!("See the leases with SELECT * FROM cosid.leases in database \"{database}\"."))
+    };
+    notice.log(PgLogLevel::NOTICE);
+}
 
 fn interval_ms(ms: u64) -> Interval {
     Interval::from_micros(ms.min(i64::MAX as u64 / 1_000) as i64 * 1_000)

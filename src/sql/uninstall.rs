@@ -12,6 +12,9 @@
 //! it ran, the statement is refused (the ERROR rolls the drop back). A database without rows
 //! (one that has the extension only for its functions) loses nothing, and its drop goes through.
 //! `DROP DATABASE` of `cosid.database` itself is refused before it runs.
+//!
+//! The hook also follows a successful `CREATE EXTENSION cosid` with a NOTICE saying where the
+//! leases live, when that is another database (`say_where_the_leases_live`).
 
 use crate::error::CosidError;
 use cosid_core::uninstall::{drop_refusal, DropLoss, DropRefusal};
@@ -83,7 +86,12 @@ unsafe fn guarded(statement: *mut pg_sys::Node, run: impl FnOnce()) {
     // SAFETY: the caller's promise.
     let cascade = unsafe { may_drop_extension(statement) };
     let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
+    // SAFETY: the caller's promise.
+    let creating = unsafe { creates_the_extension(statement) } && !extension_exists();
     run();
+    if creating && extension_exists() {
+        super::say_where_the_leases_live();
+    }
     if let Some(at_risk) = at_risk {
         if !extension_exists() {
             if let Some(refusal) = at_risk.refusal(cascade == Some(true)) {
@@ -127,6 +135,22 @@ unsafe fn drops_the_lease_database(node: *mut pg_sys::Node) -> Option<CosidError
         .detail("It holds cosid's lease table, whose rows' watermarks keep ids from being issued twice, and the named generators' definitions; this server's cosid uses it.")
         .hint("Uninstall cosid there first as the documentation on uninstalling says, then set cosid.database to another database and restart the server.")
     })
+}
+
+/// Whether the statement is `CREATE EXTENSION cosid`.
+///
+/// # Safety
+/// `node` is a utility statement's parse tree, or null.
+unsafe fn creates_the_extension(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: a non-null node starts with its tag; a CreateExtensionStmt's extname is a
+    // NUL-terminated name from the parser.
+    unsafe {
+        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_CreateExtensionStmt {
+            return false;
+        }
+        let create = &*(node as *mut pg_sys::CreateExtensionStmt);
+        !create.extname.is_null() && std::ffi::CStr::from_ptr(create.extname) == c"cosid"
+    }
 }
 
 /// Whether the statement can drop the extension: `Some(cascade)`, or `None`.
