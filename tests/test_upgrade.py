@@ -237,6 +237,28 @@ class Upgrade(ClusterTest):
                                       "from_030"), [["default", "t"]])
         cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
         self.assertEqual(machine_of(cosid_next), 3)
+        # Another superuser than the one who created the extension (and owns schema cosid) may
+        # update it, from each version.
+        cluster.query("CREATE ROLE dba SUPERUSER LOGIN")
+        for version in ("0.1.0", "0.2.0", "0.3.0"):
+            database = "by_dba_" + version.replace(".", "")
+            cluster.query(f"CREATE DATABASE {database}")
+            cluster.query(f"CREATE EXTENSION cosid VERSION '{version}'", database)
+            query_as(cluster, "dba", "ALTER EXTENSION cosid UPDATE", db=database)
+            self.assertEqual(cluster.query("SELECT extversion FROM pg_extension "
+                                           "WHERE extname = 'cosid'", database),
+                             CURRENT)
+        # A schema cosid of a role that is not a superuser is refused, even to a superuser: its
+        # owner could have replaced what the update relies on.
+        cluster.query("CREATE DATABASE squatted")
+        cluster.query("CREATE EXTENSION cosid VERSION '0.3.0'", "squatted")
+        cluster.query("CREATE ROLE squatter; ALTER SCHEMA cosid OWNER TO squatter", "squatted")
+        with self.assertRaises(SqlError) as refused:
+            query_as(cluster, "dba", "ALTER EXTENSION cosid UPDATE", db="squatted")
+        self.assertEqual(refused.exception.sqlstate, "42501", refused.exception.stderr)
+        self.assertIn("schema cosid exists and belongs to another role", refused.exception.message)
+        self.assertEqual(cluster.query("SELECT extversion FROM pg_extension "
+                                       "WHERE extname = 'cosid'", "squatted"), "0.3.0")
 
     def test_the_update_script_carries_the_store_update_word_for_word(self):
         for update in STORE_UPDATES:
