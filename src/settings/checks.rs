@@ -148,8 +148,8 @@ fn clock_within_layout(layout: &Layout, now_unix_ms: i64) -> Result<(), CosidErr
 fn lease_settings(
     check_lease_store: fn(&str) -> Result<(), String>,
 ) -> Result<LeaseSettings, CosidError> {
-    let database = string_setting(&DATABASE);
-    if database.is_empty() {
+    // The database itself is ServerSettings::database.
+    if string_setting(&DATABASE).is_empty() {
         return Err(refused("cosid.database", "\"\"")
             .detail("The lease table needs a database.")
             .hint("Set cosid.database to the database where you run CREATE EXTENSION cosid."));
@@ -194,7 +194,6 @@ fn lease_settings(
     }
     Ok(LeaseSettings {
         lease_store,
-        database,
         instance_id,
         stable,
     })

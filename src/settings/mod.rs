@@ -80,7 +80,6 @@ pub enum MachineSource {
 pub struct LeaseSettings {
     /// `cosid.lease_store`, when set: a shared store instead of `cosid.database`.
     pub lease_store: Option<String>,
-    pub database: String,
     /// `cosid.instance_id`, when set.
     pub instance_id: Option<String>,
     pub stable: bool,

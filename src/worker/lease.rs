@@ -49,10 +49,10 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     };
     // Connected to a database even with a remote store, so that operators see the worker in
     // pg_stat_activity (backend_type 'cosid lease worker') wherever its store is.
-    if !wait_before_connecting(slot, &lease_settings.database) {
+    if !wait_before_connecting(slot, &settings.database) {
         exit_worker();
     }
-    BackgroundWorker::connect_worker_to_spi(Some(&lease_settings.database), None);
+    BackgroundWorker::connect_worker_to_spi(Some(&settings.database), None);
     slot.lease.connect_attempts.store(0, Ordering::Relaxed);
     let store = match store::open(lease_settings.lease_store.as_deref(), shutdown_requested) {
         Ok(store) => store,
@@ -78,14 +78,14 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     let env = ServerEnv {
         state_file: local_state::file_for(None),
     };
-    let mut session = Session::new(shared, holder, &lease_settings.database, store.clone(), env);
+    let mut session = Session::new(shared, holder, &settings.database, store.clone(), env);
     if let Err(line) = apply_clock_thresholds() {
         session.note(LogLevel::Warning, line);
     }
     session.start(settings::lease_timing());
     let source = Source::Leased {
         store,
-        database: lease_settings.database.clone(),
+        database: settings.database.clone(),
         stable: lease_settings.stable,
     };
     let Ok(slots) = shmem::all_slots() else {
