@@ -30,14 +30,11 @@ BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
                 WHERE n.nspname = 'cosid'
                   AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
-                                      WHERE r.rolname = current_user)
-                  -- A superuser's schema is no threat: superusers can do anything already.
-                  AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r
-                            WHERE r.oid = n.nspowner)) THEN
+                                      WHERE r.rolname = current_user)) THEN
         RAISE EXCEPTION 'schema cosid exists and belongs to another role'
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
-                  HINT = 'Update as the role that owns schema cosid, or as a superuser once a superuser owns it.';
+                  HINT = 'Update as the role that owns schema cosid.';
     END IF;
     -- Only the update script of the extension may call pg_extension_config_dump().
     BEGIN

@@ -28,19 +28,22 @@ DECLARE
     v_in_extension boolean;
     v_found        text;
     v_refused      text;
+    v_owner        text;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
-                WHERE n.nspname = 'cosid'
-                  AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
-                                      WHERE r.rolname = current_user)
-                  -- A superuser's schema is no threat: superusers can do anything already.
-                  AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r
-                            WHERE r.oid = n.nspowner)) THEN
+    -- Everything the update creates belongs to the role that runs it, so only the owner of
+    -- schema cosid may: another role (a second superuser, say) would own part of it, and could
+    -- keep that part after losing its superuser.
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace n
+     WHERE n.nspname = 'cosid'
+       AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = current_user);
+    IF v_owner IS NOT NULL THEN
         RAISE EXCEPTION 'schema cosid exists and belongs to another role'
             USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
-                  HINT = 'Update as the role that owns schema cosid, or as a superuser once a superuser owns it.';
+                  DETAIL = pg_catalog.format('Schema cosid belongs to role %s. Its owner could replace the lease table and the protocol''s functions, and what the update creates belongs to the role that runs it.', v_owner),
+                  HINT = pg_catalog.format('Update as role %1$s: SET ROLE %1$s; then run the update again.', pg_catalog.quote_ident(v_owner));
     END IF;
     -- Only the update script of the extension may call pg_extension_config_dump().
     BEGIN
@@ -103,6 +106,46 @@ AS $$ SELECT '0.4.0'::text $$;
 -- views and functions users built on it keep working: the old function is set aside under
 -- another name (the view follows it), the new one created, the view pointed at it, and the old
 -- one dropped once nothing uses it.
+--
+-- Two kinds of objects would not survive that, and the update refuses first, naming them, with
+-- nothing changed: those that call cosid.generator_status() itself (DROP FUNCTION would fail,
+-- with a hint that does not apply), and functions with a SQL-standard body that return rows of
+-- cosid.status (their stored body returns the old columns, and would fail at its next call).
+DO $status$
+DECLARE
+    v_path       text := pg_catalog.current_setting('search_path');
+    v_dependents text;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    SELECT pg_catalog.string_agg(DISTINCT o.what, ', ') INTO v_dependents
+      FROM (SELECT CASE WHEN d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                        THEN pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+                                                           r.ev_class, 0)
+                        ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END
+                   AS what
+              FROM pg_catalog.pg_depend d
+              LEFT JOIN pg_catalog.pg_rewrite r
+                ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND r.oid = d.objid
+             WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND d.refobjid = 'cosid.generator_status()'::pg_catalog.regprocedure
+               AND d.deptype IN ('n', 'a')
+               AND r.ev_class IS DISTINCT FROM 'cosid.status'::pg_catalog.regclass
+            UNION ALL
+            SELECT pg_catalog.pg_describe_object('pg_catalog.pg_proc'::pg_catalog.regclass,
+                                                 p.oid, 0)
+              FROM pg_catalog.pg_proc p
+             WHERE p.prosqlbody IS NOT NULL
+               AND p.prorettype = (SELECT c.reltype FROM pg_catalog.pg_class c
+                                    WHERE c.oid = 'cosid.status'::pg_catalog.regclass)) o;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+    IF v_dependents IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update cosid while other objects use cosid.generator_status() or return rows of cosid.status'
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = pg_catalog.format('cosid.status gains two columns in 0.4.0, and the function behind it is replaced. These objects would not survive it: %s.', v_dependents),
+                  HINT = 'Save their definitions, drop them, run ALTER EXTENSION cosid UPDATE, and create them again, on cosid.status rather than on cosid.generator_status(). Views that select from cosid.status need nothing. Nothing was changed.';
+    END IF;
+END
+$status$;
 ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_3_0;
 CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 	"name" TEXT,  /* String */
@@ -138,6 +181,28 @@ LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'generator_status_v4_wrapper';
 
 CREATE OR REPLACE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
+-- A reader of the view needs EXECUTE on the function too: those who were granted it by hand
+-- keep it (PUBLIC's default EXECUTE of 0.3.0 is not carried over: see below).
+DO $grants$
+DECLARE
+    v_path    text := pg_catalog.current_setting('search_path');
+    v_grantee text;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    FOR v_grantee IN
+        SELECT DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee))
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.oid = 'cosid.generator_status_0_3_0()'::pg_catalog.regprocedure
+           AND a.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+           AND a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION cosid.generator_status() TO %s',
+                                  v_grantee);
+    END LOOP;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END
+$grants$;
 DROP FUNCTION cosid.generator_status_0_3_0();
 COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: configuration and state.';
 COMMENT ON COLUMN cosid.status.deadline IS 'When cosid_next() starts refusing unless a lease renewal succeeds first; NULL when the generator has no machine id or no deadline.';

@@ -17,19 +17,22 @@ DECLARE
     v_in_extension boolean;
     v_found        text;
     v_refused      text;
+    v_owner        text;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
-                WHERE n.nspname = 'cosid'
-                  AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
-                                      WHERE r.rolname = current_user)
-                  -- A superuser's schema is no threat: superusers can do anything already.
-                  AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r
-                            WHERE r.oid = n.nspowner)) THEN
+    -- Everything the update creates belongs to the role that runs it, so only the owner of
+    -- schema cosid may: another role (a second superuser, say) would own part of it, and could
+    -- keep that part after losing its superuser.
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace n
+     WHERE n.nspname = 'cosid'
+       AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = current_user);
+    IF v_owner IS NOT NULL THEN
         RAISE EXCEPTION 'schema cosid exists and belongs to another role'
             USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = 'The owner of schema cosid could replace the lease table and the protocol''s functions.',
-                  HINT = 'Update as the role that owns schema cosid, or as a superuser once a superuser owns it.';
+                  DETAIL = pg_catalog.format('Schema cosid belongs to role %s. Its owner could replace the lease table and the protocol''s functions, and what the update creates belongs to the role that runs it.', v_owner),
+                  HINT = pg_catalog.format('Update as role %1$s: SET ROLE %1$s; then run the update again.', pg_catalog.quote_ident(v_owner));
     END IF;
     -- Only the update script of the extension may call pg_extension_config_dump().
     BEGIN

@@ -47,9 +47,15 @@ class RemovingFinishedClusters(unittest.TextTestResult):
         self.class_clusters, self.class_failed = [], False
 
     def startTest(self, test):
+        fixture_failed = self.problems() > self.problems_at_stop
         if type(test) is not self.current_class:
             self.finish_class()
             self.current_class = type(test)
+        if fixture_failed:
+            # Made by a fixture that failed (the setUpClass of a class none of whose tests ran,
+            # say): kept, with their logs.
+            self.seen = len(MADE)
+        self.problems_at_stop = self.problems()
         # Made since the last test ended: by this class's setUpClass.
         self.class_clusters += MADE[self.seen:]
         self.seen = len(MADE)

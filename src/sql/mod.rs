@@ -809,7 +809,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         };
         return CosidError::prerequisite(message)
             .detail(detail)
-            .hint("See cosid.status and the server log for the cause.");
+            .hint("A superuser sees the cause in the last_error column of cosid.status.");
     }
     let lease = &slot.lease;
     let local_store = matches!(
