@@ -4,6 +4,7 @@ password from a passfile. Distinct machine ids, no duplicates across servers, th
 away and coming back, TLS with certificate checks, standbys, and a clone carrying the same stable
 identity."""
 
+import shutil
 import subprocess
 import threading
 import time
@@ -12,7 +13,7 @@ from collections import defaultdict
 
 from clients import concurrent_sessions, copy_ids, duplicates, run_session
 from fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, FLEET_ROLE, fleet_server, start_store
-from pgcluster import (PG_BIN, Cluster, ClusterTest, as_postgres, chown_to_postgres,
+from pgcluster import (CLUSTERS, PG_BIN, Cluster, ClusterTest, as_postgres, chown_to_postgres,
                        free_port)
 from test_generators import decode, wait_generators_up
 from test_hostile import query_as
@@ -172,8 +173,9 @@ class Fleet(ClusterTest):
                          [[claimed["machine_id"], claimed["instance_id"]]])
 
     def test_tls_with_certificate_checks(self):
-        tls_dir = Cluster("fleet-tls", 1).base.parent / "fleet-tls-certs"
+        tls_dir = CLUSTERS / "fleet-tls-certs"
         tls_dir.mkdir(parents=True, exist_ok=True)
+        self.addCleanup(shutil.rmtree, tls_dir, ignore_errors=True)
         make_certificates(tls_dir)
         chown_to_postgres(tls_dir)
         store = self.store(ssl="on", ssl_cert_file=f"'{tls_dir / 'server.crt'}'",
