@@ -15,12 +15,19 @@ export PG_CONFIG COSID_PORT
 # and its update path work (cargo pgrx install copies only the update scripts).
 OLD_INSTALL_SCRIPTS = $(foreach f,$(wildcard sql/cosid--*.sql),$(if $(findstring --,$(f:sql/cosid--%=%)),,$(f)))
 
-# The modules of the integration suite, run against real servers (tests/).
-INTEGRATION_TESTS := test_sql_surface test_docs test_errors test_layouts test_decode test_upgrade test_settings \
-	test_concurrency test_lease test_generators test_hostile test_clock test_fleet test_faults test_load \
-	test_package test_monitoring test_migrate
+# The tiers of the integration suite, each a folder of tests/ whose test_*.py files
+# tests/suite.py finds: pg_regress golden files, cluster tests, fault and load tests. (The
+# unit tier is the core crate's own: cargo test -p cosid-core.)
+TIERS := regress cluster faults
+# How many test processes run at a time, over every version (tests/suite.py).
+TEST_JOBS ?= 6
+# The times of the steps before the suite, which it prints with its own.
+STEP_TIMES := target/test-step-times.txt
+# Runs $(2) and records its time under the name $(1).
+timed = start=$$(date +%s); $(2); echo "$$(( $$(date +%s) - start )) $(1)" >> $(STEP_TIMES)
 
-.PHONY: setup install run stop test unit-test lint integration-test test-faults bench package
+.PHONY: setup install run stop test quick unit-test lint integration-test test-faults \
+	bench package
 
 setup:
 	scripts/setup.sh
@@ -40,38 +47,55 @@ run: install
 stop:
 	scripts/dev-cluster.sh stop
 
-# Everything: formatting and lints, the pure unit tests, then for each tested PostgreSQL version
-# the install and the tests against real servers, with the time each version took.
-test: lint unit-test
-	@set -e; summary=""; \
-	for version in $(TESTED_PG); do \
-		start=$$(date +%s); \
-		$(MAKE) --no-print-directory integration-test PG=$$version \
-			PG_CONFIG="$$(scripts/pg-config.sh $$version)"; \
-		summary="$$summary  PostgreSQL $$version: install and integration tests in $$(( $$(date +%s) - start )) s\n"; \
-	done; \
-	printf "make test: all passed\n$$summary"
+# Everything: formatting and lints, the pure unit tests, the build and install for each tested
+# PostgreSQL version, then every tier on every version side by side (tests/suite.py), with the
+# time of each step, tier and version at the end.
+test:
+	@mkdir -p target && rm -f $(STEP_TIMES)
+	@$(call timed,lint,$(MAKE) --no-print-directory lint)
+	@$(call timed,unit tests (core),$(MAKE) --no-print-directory unit-test)
+	@set -e; for version in $(TESTED_PG); do \
+		$(call timed,build and install for PostgreSQL $$version,$(MAKE) --no-print-directory \
+			install PG=$$version PG_CONFIG="$$(scripts/pg-config.sh $$version)"); \
+	done
+	cd tests && python3 suite.py --versions "$(TESTED_PG)" --jobs $(TEST_JOBS) \
+		--steps ../$(STEP_TIMES) $(TIERS)
+
+# The edit-and-test loop, on one version (PG, 15 by default): the lints of that version, the unit
+# tests, the build, and the SQL golden files and cluster tests; not the fault and load tier.
+quick:
+	@mkdir -p target && rm -f $(STEP_TIMES)
+	@$(call timed,lint (PostgreSQL $(PG)),$(MAKE) --no-print-directory lint LINT_PG=$(PG))
+	@$(call timed,unit tests (core),$(MAKE) --no-print-directory unit-test)
+	@$(call timed,build and install for PostgreSQL $(PG),$(MAKE) --no-print-directory install)
+	cd tests && python3 suite.py --versions "$(PG)" --jobs $(TEST_JOBS) --steps ../$(STEP_TIMES) \
+		regress cluster
 
 unit-test:
 	cargo test -p cosid-core
 
-# Formatting once; clippy for each tested version's feature (pgrx's bindings differ); pyflakes
-# for the Python of the tests and the benchmark.
+# Formatting once; clippy for each tested version's feature (pgrx's bindings differ; LINT_PG
+# names fewer); pyflakes for the Python of the tests and the benchmark.
+LINT_PG ?= $(TESTED_PG)
 lint: setup
 	cargo fmt --all -- --check
 	PYTHONPATH=target/lint/pyflakes-3.2.0-py2.py3-none-any.whl python3 -m pyflakes tests bench scripts
 	cargo clippy -p cosid-core --all-targets -- -D warnings
-	set -e; for version in $(TESTED_PG); do \
+	set -e; for version in $(LINT_PG); do \
 		cargo clippy --release --all-targets --no-default-features --features pg$$version \
 			-- -D warnings; \
 	done
 
+# Every tier against one version (PG): its build and install, then tests/suite.py.
 integration-test: install
-	cd tests && python3 run.py -v $(INTEGRATION_TESTS)
+	cd tests && python3 suite.py --versions "$(PG)" --jobs $(TEST_JOBS) $(TIERS)
 
-# The fault-injection suite with a longer randomized mix of faults (test runs 3 rounds of it).
+# The fault-injection scenarios with a longer randomized mix of faults (make test runs 3 rounds
+# of it), and the load test, one after another in one process, for the table of
+# docs/reliability.md.
 test-faults: install
-	cd tests && COSID_FAULT_ROUNDS=$${COSID_FAULT_ROUNDS:-20} python3 run.py -v test_faults test_load
+	cd tests && COSID_FAULT_ROUNDS=$${COSID_FAULT_ROUNDS:-20} python3 run.py -v faults.test_faults \
+		faults.test_load
 
 bench: install
 	python3 bench/bench.py

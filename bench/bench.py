@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from pgcluster import Cluster, free_port  # noqa: E402
+from helpers.pgcluster import Cluster, free_port  # noqa: E402
 
 CALLS = 1_000_000
 CEILING_IDS_PER_MS = 4096

@@ -1,20 +1,24 @@
-"""Runs test modules as `python3 -m unittest` does, and removes the clusters a test has finished
-with, so that the whole suite fits on a small disk.
+"""Runs tests in one process as `python3 -m unittest` does, against the PostgreSQL of $PG_CONFIG,
+and removes the clusters a test has finished with, so that the whole suite fits on a small disk.
 
-    python3 run.py -v test_lease test_fleet.Fleet.test_store_down_stops_generation_by_the_deadline_then_resumes
+    python3 run.py -v cluster.test_lease faults.test_faults.Faults.test_random_mix
+
+tests/suite.py runs the tiers through it, many processes side by side.
 
 The suite sets up about 150 PostgreSQL clusters of about 40 MB each per version; kept, three
 versions took 18 GB. A cluster made during a test is removed when that test has passed and the
 server is stopped; one made by a class's setUpClass when the class is done and none of its tests
 failed. The clusters of a failed test are kept for their logs (target/test-clusters/pg<major>/), as
-are all of them with COSID_KEEP_CLUSTERS=1.
+are all of them with COSID_KEEP_CLUSTERS=1. With COSID_TEST_RESULT=<file>, the counts of the run
+(tests, failures, errors, skipped) are written there as JSON.
 """
 
+import json
 import os
 import sys
 import unittest
 
-from pgcluster import MADE
+from helpers.pgcluster import MADE
 
 
 class RemovingFinishedClusters(unittest.TextTestResult):
@@ -73,6 +77,12 @@ class RemovingFinishedClusters(unittest.TextTestResult):
     def stopTestRun(self):
         self.finish_class()
         super().stopTestRun()
+        result_file = os.environ.get("COSID_TEST_RESULT")
+        if result_file:
+            with open(result_file, "w") as handle:
+                json.dump({"tests": self.testsRun, "failures": len(self.failures),
+                           "errors": len(self.errors), "skipped": len(self.skipped),
+                           "unexpected_successes": len(self.unexpectedSuccesses)}, handle)
 
 
 class Runner(unittest.TextTestRunner):

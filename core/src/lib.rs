@@ -1,7 +1,8 @@
 //! cosid's pure logic, with no PostgreSQL calls: the id layout and its text forms, the lock-free
 //! generator state machine, the machine-id distributors that need no store, the lease
 //! timing policy, where named generators live (`registry`), and the floor of the local state
-//! file, and which drops of the extension are refused (`uninstall`). The extension
+//! file, which drops of the extension are refused (`uninstall`), and what the shared store's
+//! client takes from a connection string (`store_client`). The extension
 //! (`src/` at the top of the repository) wraps these for SQL; everything here is unit-tested on its
 //! own with `cargo test -p cosid-core`.
 
@@ -13,4 +14,5 @@ pub mod lease;
 pub mod protocol;
 pub mod registry;
 pub mod state_file;
+pub mod store_client;
 pub mod uninstall;

@@ -11,8 +11,11 @@
 //! errors about the connection string name keys, never values (see `conninfo`), tokio-postgres's
 //! own parse errors are not passed on, and every store error has the password masked.
 
-use cosid_core::conninfo::{parse_conninfo, redact, split_passfile_line};
+use cosid_core::conninfo::redact;
 use cosid_core::protocol::{Call, Kind, LeaseStore, Param, Value};
+use cosid_core::store_client::{
+    passfile_password, quote, ClientIdentity, ClientOptions, PassfileKey, TlsCheck,
+};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;
@@ -20,33 +23,14 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row, Socket};
 
-/// How the server's certificate is checked, from `sslmode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TlsCheck {
-    /// `disable`, `allow`, `prefer` without a certificate check; the connection may be plain.
-    None,
-    /// `require`: encrypted, certificate not checked.
-    Encrypt,
-    /// `verify-ca`: the certificate must chain to `sslrootcert`.
-    VerifyCa,
-    /// `verify-full`: and name the host.
-    VerifyFull,
-}
-
-/// The parts of a libpq connection string that tokio-postgres does not take, taken out.
+/// A connection string as the client uses it: tokio-postgres's configuration, and what the
+/// client sets up itself (see `cosid_core::store_client`).
 #[derive(Debug)]
 struct ConnInfo {
     config: Config,
     tls: TlsCheck,
     root_cert: Option<String>,
     client_identity: Option<ClientIdentity>,
-}
-
-/// A client certificate and its private key, both PEM files (`sslcert`, `sslkey`).
-#[derive(Debug)]
-struct ClientIdentity {
-    cert: String,
-    key: String,
 }
 
 /// libpq's rule for a private key file: not readable by others, and not by the group unless root
@@ -75,29 +59,6 @@ fn io_reason(error: &std::io::Error) -> String {
     }
 }
 
-fn quote(value: &str) -> String {
-    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
-}
-
-/// The libpq keywords the store client passes on to tokio-postgres as they are.
-const PASSED_ON: &[&str] = &[
-    "host",
-    "hostaddr",
-    "port",
-    "dbname",
-    "user",
-    "password",
-    "options",
-    "application_name",
-    "connect_timeout",
-    "keepalives",
-    "keepalives_idle",
-    "keepalives_interval",
-    "channel_binding",
-    "load_balance_hosts",
-    "sslnegotiation",
-];
-
 /// The error for a string tokio-postgres refused although every key and value passed our checks:
 /// the pair it refuses alone is named by its key. Its own message is never passed on, since it
 /// may quote the text.
@@ -113,118 +74,34 @@ fn refused_by_client(pairs: &[(String, String)]) -> String {
 impl ConnInfo {
     /// Every message names the key or the part at fault, never a value (see `conninfo`).
     fn parse(text: &str) -> Result<ConnInfo, String> {
-        let mut kept = Vec::new();
-        let mut passed = Vec::new();
-        let mut tls = TlsCheck::None;
-        let mut root_cert = None;
-        let mut client_cert = None;
-        let mut client_key = None;
-        let mut passfile = None;
-        let mut tcp_user_timeout_ms = None;
-        for (key, value) in parse_conninfo(text)? {
-            match key.as_str() {
-                "sslmode" => {
-                    tls = match value.as_str() {
-                        "require" => TlsCheck::Encrypt,
-                        "verify-ca" => TlsCheck::VerifyCa,
-                        "verify-full" => TlsCheck::VerifyFull,
-                        _ => TlsCheck::None,
-                    };
-                    let mode = if value == "disable" {
-                        "disable"
-                    } else if tls == TlsCheck::None {
-                        "prefer"
-                    } else {
-                        "require"
-                    };
-                    kept.push(format!("sslmode={mode}"));
-                }
-                "sslrootcert" => root_cert = Some(value),
-                "sslcert" => client_cert = Some(value),
-                "sslkey" => client_key = Some(value),
-                "passfile" => passfile = Some(value),
-                // libpq counts it in milliseconds, tokio-postgres's string in seconds.
-                "tcp_user_timeout" => {
-                    tcp_user_timeout_ms = value.trim().parse::<i64>().ok().filter(|ms| *ms > 0)
-                }
-                // libpq's name for what tokio-postgres calls keepalives_retries.
-                "keepalives_count" => {
-                    kept.push(format!("keepalives_retries={}", quote(&value)));
-                    passed.push(("keepalives_retries".to_string(), value));
-                }
-                "target_session_attrs" => {
-                    if !matches!(value.as_str(), "any" | "read-write" | "read-only") {
-                        return Err(
-                            "The lease store client takes target_session_attrs any, read-write \
-                             or read-only"
-                                .to_string(),
-                        );
-                    }
-                    kept.push(format!("{key}={}", quote(&value)));
-                    passed.push((key, value));
-                }
-                _ if PASSED_ON.contains(&key.as_str()) => {
-                    kept.push(format!("{key}={}", quote(&value)));
-                    passed.push((key, value));
-                }
-                _ => {
-                    return Err(format!(
-                        "The lease store client does not support \"{key}\"; leave it out"
-                    ))
-                }
-            }
-        }
-        let mut config: Config = kept
-            .join(" ")
+        let options = ClientOptions::translate(text)?;
+        let mut config: Config = options
+            .client_string()
             .parse()
-            .map_err(|_| refused_by_client(&passed))?;
-        if let Some(ms) = tcp_user_timeout_ms {
-            config.tcp_user_timeout(Duration::from_millis(ms as u64));
+            .map_err(|_| refused_by_client(&options.pairs))?;
+        if let Some(timeout) = options.tcp_user_timeout {
+            config.tcp_user_timeout(timeout);
         }
-        if matches!(tls, TlsCheck::VerifyCa | TlsCheck::VerifyFull) && root_cert.is_none() {
-            return Err(
-                "With sslmode verify-ca or verify-full, sslrootcert must name the certificate of \
-                 the authority that signed the store's certificate"
-                    .to_string(),
-            );
-        }
-        let client_identity = match (client_cert, client_key) {
-            (None, None) => None,
-            (Some(cert), Some(key)) => {
-                check_key_file_permissions(&key)?;
-                Some(ClientIdentity { cert, key })
-            }
-            _ => {
-                return Err(
-                    "sslcert and sslkey must be given together: the client certificate \
-                     and its private key"
-                        .to_string(),
-                )
-            }
-        };
-        if client_identity.is_some() && tls == TlsCheck::None {
-            return Err(
-                "A client certificate (sslcert, sslkey) needs sslmode require, verify-ca or \
-                 verify-full"
-                    .to_string(),
-            );
+        if let Some(identity) = &options.client_identity {
+            check_key_file_permissions(&identity.key)?;
         }
         if config.get_password().is_none() {
-            if let Some(password) = password_from_environment(&config, passfile.as_deref()) {
+            if let Some(password) = password_from_environment(&config, options.passfile.as_deref())
+            {
                 config.password(password);
             }
         }
         Ok(ConnInfo {
             config,
-            tls,
-            root_cert,
-            client_identity,
+            tls: options.tls,
+            root_cert: options.root_cert,
+            client_identity: options.client_identity,
         })
     }
 }
 
 /// `PGPASSWORD`, or the first matching line of the passfile (`passfile`, `PGPASSFILE` or
-/// `~/.pgpass`): `host:port:database:user:password`, `*` matching anything.
+/// `~/.pgpass`).
 fn password_from_environment(config: &Config, passfile: Option<&str>) -> Option<Vec<u8>> {
     if let Ok(password) = std::env::var("PGPASSWORD") {
         return Some(password.into_bytes());
@@ -248,26 +125,15 @@ fn password_from_environment(config: &Config, passfile: Option<&str>) -> Option<
         .copied()
         .unwrap_or(5432)
         .to_string();
-    let user = config.get_user().unwrap_or("postgres").to_string();
-    let database = config.get_dbname().unwrap_or(&user).to_string();
-    for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let fields = split_passfile_line(line);
-        if fields.len() != 5 {
-            continue;
-        }
-        let matches = |field: &str, value: &str| field == "*" || field == value;
-        if matches(&fields[0], &host)
-            && matches(&fields[1], &port)
-            && matches(&fields[2], &database)
-            && matches(&fields[3], &user)
-        {
-            return Some(fields[4].clone().into_bytes());
-        }
-    }
-    None
+    let user = config.get_user().unwrap_or("postgres");
+    let database = config.get_dbname().unwrap_or(user);
+    let key = PassfileKey {
+        host: &host,
+        port: &port,
+        database,
+        user,
+    };
+    passfile_password(&text, &key).map(String::into_bytes)
 }
 
 /// Checks a connection string without connecting, for the check at server start (no runtime,

@@ -23,11 +23,11 @@ import subprocess
 import time
 import unittest
 
-from clients import LoopingClients, run_session
-from fleet import FLEET_ROLE, LEASE_SQL, fleet_server, start_store
-from pgcluster import PG_CONFIG, ROOT, Cluster, ClusterTest, SqlError, free_port
-from test_hostile import query_as
-from test_lease import FAST_LEASES, machine_of, status, ts_ms_of, wait_for, wait_up
+from helpers.clients import LoopingClients, run_session
+from helpers.fleet import FLEET_ROLE, LEASE_SQL, fleet_server, start_store
+from helpers.leases import FAST_LEASES, machine_of, status, ts_ms_of, wait_up
+from helpers.pgcluster import (PG_CONFIG, ROOT, Cluster, ClusterTest, SqlError, exclusive,
+                               free_port, query_as, wait_for)
 
 PREVIOUS = "0.1.0"
 PREVIOUS_COMMIT = "833aec748fee26fdb45bc9fc0eb134f14a66a76c"
@@ -132,6 +132,12 @@ def catalog(cluster, db):
 def previous_library():
     """The directory with cosid.so of 0.1.0, built for this PostgreSQL from its commit the first
     time it is needed. None when the commit is not in this clone's history."""
+    # Tests running side by side wait for the one that builds it.
+    with exclusive(f"old-version-{PREVIOUS}-pg{PG_MAJOR}"):
+        return build_previous_library()
+
+
+def build_previous_library():
     base = ROOT / "target" / "old-versions" / f"{PREVIOUS}-pg{PG_MAJOR}"
     library = base / "lib" / "cosid.so"
     if library.exists():

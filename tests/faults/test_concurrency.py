@@ -5,10 +5,9 @@ shared memory, and generation goes on without a duplicate."""
 import time
 import unittest
 
-from clients import (LoopingClients, concurrent_sessions, copy_ids, duplicates,
-                     sessions_not_increasing)
-from pgcluster import Cluster, free_port
-from test_lease import wait_for
+from helpers.clients import (LoopingClients, concurrent_sessions, copy_ids, duplicates,
+                             sessions_not_increasing)
+from helpers.pgcluster import Cluster, free_port, wait_for
 
 MACHINE_ID = 9
 SEQUENCE_BITS = 12

@@ -8,28 +8,15 @@ import os
 import subprocess
 import time
 
-from clients import LoopingClients, duplicates, sessions_not_increasing
-from fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
-                   start_store)
-from fleet import LEASE_SQL
-from pgcluster import PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port, parse_error
-from test_lease import FAST_LEASES, lease_cluster, status, try_next, wait_for, wait_up
+from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
+from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, LEASE_SQL, Proxy, fleet_server,
+                           restore_store_copy, start_store)
+from helpers.leases import FAST_LEASES, lease_cluster, status, try_next, wait_up
+from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port,
+                               query_as, wait_for)
 
 ONE_BIT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 1, "cosid.sequence_bits": 12}
 TOKEN_COLUMNS = "namespace, machine_id, instance_id, claim_token, state, claimed_at"
-
-
-def query_as(cluster, role, sql, password=None, db="postgres"):
-    """Runs SQL as `role` over TCP (with a password when given); raises SqlError."""
-    env = dict(os.environ, PGPASSWORD=password) if password else None
-    command = [str(PG_BIN / "psql"), "-X", "-q", "-At", "-h", "127.0.0.1", "-p",
-               str(cluster.port), "-U", role, "-d", db, "-v", "ON_ERROR_STOP=1",
-               "-v", "VERBOSITY=verbose", "-c", sql]
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            timeout=60, env=env)
-    if result.returncode != 0:
-        raise parse_error(result.stderr)
-    return result.stdout.strip()
 
 
 def answer_claims_with(store, row):

@@ -7,9 +7,8 @@ import subprocess
 import time
 import unittest
 
-from pgcluster import Cluster, ClusterTest, SqlError, free_port
-from test_hostile import query_as
-from test_lease import FAST_LEASES, fake_claim, lease_cluster, wait_for, wait_up
+from helpers.leases import FAST_LEASES, fake_claim, lease_cluster, wait_up
+from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, query_as, wait_for
 
 # What a member of pg_monitor may use in schema cosid; everything else there is refused.
 MONITOR_FUNCTIONS = {"cosid.generator_status()", "cosid.lease_rows()",

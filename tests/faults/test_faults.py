@@ -23,21 +23,14 @@ import time
 import unittest
 from collections import Counter, defaultdict
 
-from clients import LoopingClients, duplicates, sessions_not_increasing
-from fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
-                   start_store)
-from pgcluster import PG_BIN, SqlError, chown_to_postgres
-from test_hostile import query_as
-from test_clock import LIBFAKETIME
-from test_generators import generators, next_id
-from test_lease import DEADLINE_S, SAFE_GUARD_S, status, wait_for
+from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
+from helpers.faults import FAST, LAYOUT, LIBFAKETIME, MACHINE_BITS, SEQUENCE_BITS
+from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
+                           start_store)
+from helpers.generators import generators, next_id
+from helpers.leases import DEADLINE_S, SAFE_GUARD_S, status
+from helpers.pgcluster import PG_BIN, SqlError, chown_to_postgres, query_as, wait_for
 
-MACHINE_BITS = 1
-SEQUENCE_BITS = 12
-LAYOUT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": MACHINE_BITS,
-          "cosid.sequence_bits": SEQUENCE_BITS}
-FAST = {"cosid.safe_guard_duration": "'4s'", "cosid.guarder_delay": "'500ms'",
-        "cosid.guarder_initial_delay": "'500ms'"}
 # Refusals a client may see: no lease for the moment (55P03), no machine id left (53400), and,
 # when a server is stopped (57P01) or killed, a lost connection.
 EXPECTED = {"55P03", "53400", "57P01", "connection"}
@@ -92,6 +85,10 @@ def _by_machine(ids, decode=decode):
 
 
 class Faults(unittest.TestCase):
+    # Each test sets up its own store and servers; tearDownClass only prints the table of the
+    # scenarios run in this process (tests/suite.py runs each in a process of its own).
+    tests_may_run_apart = True
+
     @classmethod
     def tearDownClass(cls):
         if RESULTS:

@@ -11,10 +11,10 @@ import subprocess
 import threading
 import unittest
 
-from clients import run_session
-from pgcluster import PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port
-from test_hostile import query_as
-from test_lease import FAST_LEASES, lease_cluster, wait_for, wait_up
+from helpers.clients import run_session
+from helpers.leases import FAST_LEASES, lease_cluster, wait_up
+from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port,
+                               query_as, wait_for)
 
 
 def sqlstate_of(cluster, sql, db="postgres"):

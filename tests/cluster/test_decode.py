@@ -15,8 +15,7 @@ extension, against a real server:
 import json
 import unittest
 
-from pgcluster import ROOT, Cluster, SqlError, free_port
-from test_layouts import wait_for_answer
+from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for_answer
 
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "cosid-layouts.json").read_text())["layouts"]
 # CosId's own test vector in the default layout, on a server with machine id 5.

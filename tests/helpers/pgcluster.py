@@ -6,6 +6,7 @@ PostgreSQL 15 by default). The suites of two major versions use separate folders
 they can run at the same time.
 """
 
+import contextlib
 import os
 import pwd
 import re
@@ -17,14 +18,16 @@ import unittest
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
 PG_BIN = Path(subprocess.check_output([PG_CONFIG, "--bindir"], text=True).strip())
 PG_PKGLIB = Path(subprocess.check_output([PG_CONFIG, "--pkglibdir"], text=True).strip())
 # "PostgreSQL 16.14", "PostgreSQL 18beta1", "PostgreSQL 15.14 (Debian 15.14-0+deb12u1)"
 PG_MAJOR = int(re.match(r"PostgreSQL (\d+)",
                         subprocess.check_output([PG_CONFIG, "--version"], text=True)).group(1))
-CLUSTERS = ROOT / "target" / "test-clusters" / f"pg{PG_MAJOR}"
+# The clusters of this version; a process of tests/suite.py gets a folder of its own in it
+# ($COSID_TEST_JOB), since tests running side by side may name their clusters alike.
+CLUSTERS = ROOT / "target" / "test-clusters" / f"pg{PG_MAJOR}" / os.environ.get("COSID_TEST_JOB", "")
 # A server with TLS, for a store the tests reach over TLS: this PostgreSQL if it was built with
 # OpenSSL, else Debian's PostgreSQL 15 (or $COSID_SSL_PG_CONFIG's); the servers under test stay
 # on this version, and their TLS client is cosid's own code.
@@ -388,18 +391,80 @@ def parse_error(stderr):
     return SqlError(None, stderr.strip(), stderr)
 
 
+# Ports handed out by free_port, each held by a lock on a file of its own until this process
+# exits: test processes running side by side (tests/suite.py) never pick the same port, even
+# between the check that it can be bound and the server's start.
+PORT_LOCKS = Path("/tmp/cosid-test-ports")
+HELD_PORTS = {}
+
+
+@contextlib.contextmanager
+def exclusive(name):
+    """Holds a lock of this checkout named `name` across test processes, for work that tests
+    running side by side must not do at once (building into one cargo target folder, say)."""
+    import fcntl
+    folder = ROOT / "target" / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def free_port(preferred):
-    """`preferred` moved by PORT_OFFSET, unless it cannot be bound on loopback; then the next port
-    that can. Tests use ports below the kernel's ephemeral range (32768 and up), where client
-    connections would otherwise take them."""
+    """`preferred` moved by PORT_OFFSET, unless another test process holds it or it cannot be bound
+    on loopback; then the next port that can. Tests use ports below the kernel's ephemeral range
+    (32768 and up), where client connections would otherwise take them."""
+    import fcntl
     import socket
     port = preferred + PORT_OFFSET
-    if not 1024 <= port < 32768:
-        raise ValueError(f"port {port} for PostgreSQL {PG_MAJOR} is outside 1024..32767")
+    PORT_LOCKS.mkdir(mode=0o777, exist_ok=True)
     while True:
+        if not 1024 <= port < 32768:
+            raise ValueError(f"port {port} for PostgreSQL {PG_MAJOR} is outside 1024..32767")
+        if port not in HELD_PORTS:
+            lock = open(PORT_LOCKS / f"{port}.lock", "a")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                port += 1
+                continue
+            HELD_PORTS[port] = lock
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
                 return port
             except OSError:
                 port += 1
+
+
+def query_as(cluster, role, sql, password=None, db="postgres"):
+    """Runs SQL as `role` over TCP (with a password when given); raises SqlError."""
+    env = dict(os.environ, PGPASSWORD=password) if password else None
+    command = [str(PG_BIN / "psql"), "-X", "-q", "-At", "-h", "127.0.0.1", "-p",
+               str(cluster.port), "-U", role, "-d", db, "-v", "ON_ERROR_STOP=1",
+               "-v", "VERBOSITY=verbose", "-c", sql]
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            timeout=60, env=env)
+    if result.returncode != 0:
+        raise parse_error(result.stderr)
+    return result.stdout.strip()
+
+
+def conf_string(value):
+    """A value as a quoted string of postgresql.conf."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def wait_for_answer(cluster, sql, allowed, timeout=30):
+    """The rows of `sql` once it answers; until then it may fail only with the SQLSTATEs in
+    `allowed` (a generator just created is not known yet, or has no lease yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return cluster.rows(sql)
+        except SqlError as error:
+            if error.sqlstate not in allowed or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{sql}\nfailed with {error} after {timeout} s:\n{cluster.log()[-2000:]}")
+        time.sleep(0.05)

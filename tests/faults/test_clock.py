@@ -9,14 +9,12 @@ import shutil
 import signal
 import time
 import unittest
-from pathlib import Path
 
-from clients import duplicates, run_session, copy_ids
-from pgcluster import Cluster, SqlError, chown_to_postgres, free_port
-from test_hostile import query_as
-from test_lease import FAST_LEASES, status, try_next, ts_ms_of, wait_for, wait_up
+from helpers.clients import copy_ids, duplicates, run_session
+from helpers.faults import LIBFAKETIME
+from helpers.leases import FAST_LEASES, status, try_next, ts_ms_of, wait_up
+from helpers.pgcluster import Cluster, SqlError, chown_to_postgres, free_port, query_as, wait_for
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 ONE_MACHINE_ID = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.sequence_bits": 12}
 
 

@@ -4,7 +4,7 @@ keep working; a dropped generator that releases its lease with the exact last ti
 re-created one that waits for a watermark ahead of the clock; a new generator known as soon as
 its creation commits; definitions seen from a second database, and the errors; a restart, a
 backend kill -9 and a server kill -9 while every generator generates; a namespace with no
-machine id left. Lease timings as in test_lease: a 4 s safe guard and renewals every 0.5 s."""
+machine id left. Lease timings as in helpers.leases: a 4 s safe guard and renewals every 0.5 s."""
 
 import contextlib
 import queue
@@ -13,70 +13,12 @@ import threading
 import time
 import unittest
 
-from clients import LoopingClients, duplicates, sessions_not_increasing
-from pgcluster import Cluster, ClusterTest, SqlError, free_port, parse_error
-from test_hostile import query_as
-from test_lease import DEADLINE_S, FAST_LEASES, wait_for
-
-EPOCH_MS = 1_577_203_200_000
-# CosId's layouts: timestamp bits, machine bits, sequence bits, and the time unit in ms.
-LAYOUTS = {"millisecond": (41, 10, 12, 1), "second": (31, 10, 22, 1000),
-           "safe_js": (41, 3, 9, 1), "safe_js_second": (31, 3, 19, 1000)}
-STATUS = ["name", "namespace", "instance_id", "state", "machine_id", "last_error"]
-
-
-def decode(value, layout):
-    """(Unix ms of the id's timestamp, machine id) of an id of one of CosId's layouts."""
-    _, machine_bits, sequence_bits, unit_ms = LAYOUTS[layout]
-    ticks = value >> (machine_bits + sequence_bits)
-    return ticks * unit_ms + EPOCH_MS, (value >> sequence_bits) & ((1 << machine_bits) - 1)
-
-
-def layout_text(layout):
-    """The layout as the lease store compares it (core/src/protocol.rs, layout_text)."""
-    timestamp_bits, machine_bits, sequence_bits, unit_ms = LAYOUTS[layout]
-    unit = "millisecond" if unit_ms == 1 else "second"
-    return (f"epoch {EPOCH_MS} ms, {unit}, "
-            f"{timestamp_bits}/{machine_bits}/{sequence_bits} bits")
-
-
-def generators(cluster, db="postgres"):
-    """The rows of cosid.status, by generator name."""
-    found = {}
-    for row in cluster.rows(f"SELECT {', '.join(STATUS)} FROM cosid.status", db):
-        # The last error may hold the field separator: it is the last column.
-        fields = row[:len(STATUS) - 1] + ["|".join(row[len(STATUS) - 1:])]
-        found[fields[0]] = dict(zip(STATUS, fields))
-    return found
-
-
-def generators_or_none(cluster):
-    try:
-        return generators(cluster)
-    except SqlError:
-        return None
-
-
-def wait_generators_up(cluster, names, timeout=20):
-    """Waits until every generator named is UP; returns the status by name."""
-    def up():
-        now = generators_or_none(cluster)
-        return now and all(now.get(name, {}).get("state") == "UP" for name in names) and now
-    try:
-        return wait_for(up, timeout, f"generators {sorted(names)} of {cluster.name} to be UP")
-    except AssertionError as error:
-        raise AssertionError(f"{error}\nstatus: {generators_or_none(cluster)}\n"
-                             f"log:\n{cluster.log()[-3000:]}") from None
-
-
-def next_id(cluster, generator=None, db="postgres"):
-    """(id, None) or (None, the SqlError)."""
-    call = f"cosid_next('{generator}')" if generator else "cosid_next()"
-    try:
-        return int(cluster.query(f"SELECT {call}", db)), None
-    except SqlError as error:
-        return None, error
-
+from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
+from helpers.generators import (EPOCH_MS, decode, generators, layout_text, next_id,
+                                wait_generators_up)
+from helpers.leases import DEADLINE_S, FAST_LEASES
+from helpers.pgcluster import (Cluster, ClusterTest, SqlError, free_port, parse_error, query_as,
+                               wait_for)
 
 def refused_with(cluster, generator, sqlstate, db="postgres"):
     """The error of cosid_next(generator) if it is `sqlstate`, else None (for wait_for)."""

@@ -9,8 +9,7 @@ import subprocess
 import time
 import unittest
 
-from pgcluster import PG_MAJOR, Cluster, SqlError, free_port
-from test_lease import wait_for
+from helpers.pgcluster import PG_MAJOR, Cluster, SqlError, conf_string, free_port, wait_for
 
 LAYOUT_RANGE = "Ids of this layout cover"
 SECRET = "Xq7-store-pw-Zr4"
@@ -24,13 +23,8 @@ def setting_range(low, high, unit=""):
     return f"({low} .. {high})"
 
 
-def conf_string(value):
-    """A value as a quoted string of postgresql.conf."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
 def wait_until(predicate, what, timeout=20):
-    """`test_lease.wait_for`, with the description first."""
+    """`helpers.pgcluster.wait_for`, with the description first."""
     return wait_for(predicate, timeout, what)
 
 

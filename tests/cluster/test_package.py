@@ -23,8 +23,7 @@ import time
 import unittest
 from pathlib import Path
 
-from pgcluster import PG_CONFIG, ROOT, Cluster, SqlError, free_port
-from test_lease import wait_for
+from helpers.pgcluster import PG_CONFIG, ROOT, Cluster, SqlError, exclusive, free_port, wait_for
 
 
 def pg_config(option):
@@ -66,9 +65,11 @@ def package_dir():
     if given:
         return Path(given)
     out = ROOT / "target" / "packages"
-    result = subprocess.run([ROOT / "scripts" / "package.sh", PG_CONFIG],
-                            env={**os.environ, "COSID_PACKAGE_DIR": str(out)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Every version's build goes through one cargo target folder.
+    with exclusive("cargo-build"):
+        result = subprocess.run([ROOT / "scripts" / "package.sh", PG_CONFIG],
+                                env={**os.environ, "COSID_PACKAGE_DIR": str(out)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if result.returncode != 0:
         raise AssertionError(f"scripts/package.sh failed:\n{result.stdout[-5000:]}")
     return out

@@ -5,27 +5,12 @@ layout: its ids survive JSON read as JavaScript numbers (doubles), as node-postg
 would read them."""
 
 import json
-import time
 import unittest
 
-from pgcluster import ROOT, Cluster, SqlError, free_port
-from test_lease import FAST_LEASES
+from helpers.leases import FAST_LEASES
+from helpers.pgcluster import ROOT, Cluster, free_port, wait_for_answer
 
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "cosid-layouts.json").read_text())["layouts"]
-
-
-def wait_for_answer(cluster, sql, allowed, timeout=30):
-    """The rows of `sql` once it answers; until then it may fail only with the SQLSTATEs in
-    `allowed` (a generator just created is not known yet, or has no lease yet)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return cluster.rows(sql)
-        except SqlError as error:
-            if error.sqlstate not in allowed or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{sql}\nfailed with {error} after {timeout} s:\n{cluster.log()[-2000:]}")
-        time.sleep(0.05)
 
 
 def literal(text):

@@ -7,9 +7,8 @@ own file; and the friendly-form and Radix62 parsers take exactly CosId's forms, 
 import re
 import unittest
 
-from pgcluster import ROOT, Cluster, SqlError, free_port
-from test_lease import FAST_LEASES, status, wait_for
-from test_settings import conf_string
+from helpers.leases import FAST_LEASES, status
+from helpers.pgcluster import ROOT, Cluster, SqlError, conf_string, free_port, wait_for
 
 VALID = "20220320053617924-5-0"
 VALID_ID = "295913926632165376"

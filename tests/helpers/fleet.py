@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.parse
 
-from pgcluster import (PG_BIN, ROOT, SSL_PG_BIN, Cluster, as_postgres, chown_to_postgres,
+from .pgcluster import (PG_BIN, ROOT, SSL_PG_BIN, Cluster, as_postgres, chown_to_postgres,
                        free_port)
 
 FLEET_ROLE = "cosid_fleet"

@@ -11,14 +11,12 @@ import time
 import unittest
 from collections import defaultdict
 
-from clients import concurrent_sessions, copy_ids, duplicates, run_session
-from fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, FLEET_ROLE, fleet_server, start_store
-from pgcluster import (CLUSTERS, PG_BIN, Cluster, ClusterTest, as_postgres, chown_to_postgres,
-                       free_port)
-from test_generators import decode, wait_generators_up
-from test_hostile import query_as
-from test_lease import (DEADLINE_S, FAST_LEASES, machine_of, status, try_next, wait_for,
-                        wait_up)
+from helpers.clients import concurrent_sessions, copy_ids, duplicates, run_session
+from helpers.fleet import CERTIFICATE_ROLE, FLEET_PASSWORD, FLEET_ROLE, fleet_server, start_store
+from helpers.generators import decode, wait_generators_up
+from helpers.leases import DEADLINE_S, FAST_LEASES, machine_of, status, try_next, wait_up
+from helpers.pgcluster import (CLUSTERS, PG_BIN, Cluster, ClusterTest, as_postgres,
+                               chown_to_postgres, free_port, query_as, wait_for)
 
 
 class Fleet(ClusterTest):

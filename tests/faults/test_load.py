@@ -9,10 +9,10 @@ import threading
 import time
 import unittest
 
-from fleet import Proxy, fleet_server, start_store
-from pgcluster import PG_BIN
-from test_faults import FAST, LAYOUT
-from test_lease import SAFE_GUARD_S, status, wait_for
+from helpers.faults import FAST, LAYOUT
+from helpers.fleet import Proxy, fleet_server, start_store
+from helpers.leases import SAFE_GUARD_S, status
+from helpers.pgcluster import PG_BIN, wait_for
 
 CLIENTS = 200
 SECONDS = 14

@@ -30,7 +30,7 @@ import sys
 import time
 import unittest
 
-from pgcluster import PG_BIN, ROOT, Cluster, free_port
+from helpers.pgcluster import PG_BIN, ROOT, Cluster, free_port
 
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 FIRST_PORT = 25800

@@ -11,63 +11,11 @@ import threading
 import time
 import unittest
 
-from clients import LoopingClients, duplicates, sessions_not_increasing
-from pgcluster import PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port, wait_for
-
-SAFE_GUARD_S = 4.0
-DEADLINE_S = SAFE_GUARD_S - min(10.0, SAFE_GUARD_S / 10)
-FAST_LEASES = {
-    "cosid.safe_guard_duration": "'4s'",
-    "cosid.guarder_delay": "'500ms'",
-    "cosid.guarder_initial_delay": "'500ms'",
-}
-SEQUENCE_BITS = 12
-MACHINE_MASK = 0x3FF
-
-
-def machine_of(value, sequence_bits=SEQUENCE_BITS, mask=MACHINE_MASK):
-    return (value >> sequence_bits) & mask
-
-
-def ts_ms_of(value, shift=22, epoch_ms=1_577_203_200_000):
-    return (value >> shift) + epoch_ms
-
-
-def status(cluster):
-    names = ["instance_id", "state", "machine_id", "last_error", "watermark"]
-    row = cluster.rows(f"SELECT {', '.join(names)} FROM cosid.status")[0]
-    return dict(zip(names, row))
-
-
-def wait_up(cluster, timeout=15):
-    def up():
-        now = status(cluster)
-        return now["state"] == "UP" and now
-    return wait_for(up, timeout,
-                    f"{cluster.name} to lease a machine id:\n{cluster.log()[-2000:]}")
-
-
-def try_next(cluster, sql="SELECT cosid_next()"):
-    """(id, None) or (None, sqlstate)."""
-    try:
-        return int(cluster.query(sql)), None
-    except SqlError as error:
-        return None, error.sqlstate
-
-
-def lease_cluster(name, port, **settings):
-    cluster = Cluster(name, free_port(port), {**FAST_LEASES, **settings}).init()
-    cluster.start()
-    return cluster
-
-
-def fake_claim(cluster, instance_id, safe_guard_ms, machine_bits=10, namespace="cosid"):
-    """Claims a machine id through the SQL protocol as another instance would."""
-    return cluster.rows(
-        "SELECT outcome, machine_id, expires_at_ms "
-        f"FROM cosid.lease_claim('{namespace}', {machine_bits}, '{instance_id}', false, "
-        f"{safe_guard_ms}, 'token-{instance_id}', 0)")[0]
-
+from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
+from helpers.leases import (DEADLINE_S, FAST_LEASES, fake_claim, lease_cluster, machine_of, status,
+                            try_next, ts_ms_of, wait_up)
+from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port,
+                               wait_for)
 
 class Leases(ClusterTest):
     def test_start_claims_and_clean_shutdown_releases_with_exact_watermark(self):
