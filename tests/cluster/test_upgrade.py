@@ -152,8 +152,12 @@ def build_previous_library():
                              stdout=subprocess.PIPE, check=True).stdout
     subprocess.run(["tar", "-x", "-C", source], input=archive, check=True)
     stage = base / "stage"
+    # Without the release profile's whole-program optimisation, which makes no difference to
+    # what the tests run and takes the build from about 4 minutes to 2.
     subprocess.run(["cargo", "pgrx", "package", "--pg-config", PG_CONFIG, "--out-dir", stage],
-                   cwd=source, check=True, env={**os.environ, "CARGO_TARGET_DIR": str(base / "target")})
+                   cwd=source, check=True, env={**os.environ, "CARGO_TARGET_DIR": str(base / "target"),
+                                                "CARGO_PROFILE_RELEASE_LTO": "false",
+                                                "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16"})
     built = next(stage.rglob("cosid.so"))
     library.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(built, library)
