@@ -26,7 +26,7 @@ STEP_TIMES := target/test-step-times.txt
 # Runs $(2) and records its time under the name $(1).
 timed = start=$$(date +%s); $(2); echo "$$(( $$(date +%s) - start )) $(1)" >> $(STEP_TIMES)
 
-.PHONY: setup install run stop test quick unit-test lint integration-test test-faults \
+.PHONY: setup install run stop test quick unit-test old-versions lint integration-test test-faults \
 	bench package
 
 setup:
@@ -58,6 +58,7 @@ test:
 		$(call timed,build and install for PostgreSQL $$version,$(MAKE) --no-print-directory \
 			install PG=$$version PG_CONFIG="$$(scripts/pg-config.sh $$version)"); \
 	done
+	@$(call timed,build of 0.1.0 for the upgrade tests,$(MAKE) --no-print-directory old-versions)
 	cd tests && python3 suite.py --versions "$(TESTED_PG)" --jobs $(TEST_JOBS) \
 		--steps ../$(STEP_TIMES) $(TIERS)
 
@@ -73,6 +74,11 @@ quick:
 
 unit-test:
 	cargo test -p cosid-core
+
+# The library of 0.1.0 for the upgrade tests, which run it on PostgreSQL 15 only (the version it
+# was released for), built once into target/old-versions (tests/helpers/old_versions.py).
+old-versions: setup
+	cd tests && PG_CONFIG="$$(../scripts/pg-config.sh 15)" python3 -m helpers.old_versions
 
 # Formatting once; clippy for each tested version's feature (pgrx's bindings differ; LINT_PG
 # names fewer); pyflakes for the Python of the tests and the benchmark.

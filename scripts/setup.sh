@@ -17,7 +17,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGRX_VERSION=0.18.1
 COSID_PG_ROOT=${COSID_PG_ROOT:-/opt/cosid-postgres}
 export COSID_PG_ROOT
-packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo libfaketime libssl-dev pkg-config openssl)
+packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo gcc libssl-dev pkg-config openssl)
 
 sudo_if_needed() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

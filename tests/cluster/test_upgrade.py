@@ -12,13 +12,12 @@
   is issued twice;
 - the store's install and update scripts refuse to run over a store that has them already.
 
-The library of 0.1.0 is built from its commit (once; kept in target/old-versions) and loaded
+The library of 0.1.0 is built from its commit (once; kept in target/old-versions; see
+helpers/old_versions.py, which `make test` runs before the suite) and loaded
 through dynamic_library_path, so that this version's files stay installed meanwhile. 0.1.0 was
 released for PostgreSQL 15 only: on other versions the tests that run its library are skipped,
 and the others run."""
 
-import os
-import shutil
 import subprocess
 import time
 import unittest
@@ -26,11 +25,10 @@ import unittest
 from helpers.clients import LoopingClients, run_session
 from helpers.fleet import FLEET_ROLE, LEASE_SQL, fleet_server, start_store
 from helpers.leases import FAST_LEASES, machine_of, status, ts_ms_of, wait_up
-from helpers.pgcluster import (PG_CONFIG, ROOT, Cluster, ClusterTest, SqlError, exclusive,
+from helpers.old_versions import PREVIOUS, PREVIOUS_COMMIT, previous_library
+from helpers.pgcluster import (PG_CONFIG, ROOT, Cluster, ClusterTest, SqlError,
                                free_port, query_as, wait_for)
 
-PREVIOUS = "0.1.0"
-PREVIOUS_COMMIT = "833aec748fee26fdb45bc9fc0eb134f14a66a76c"
 CURRENT = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines()
                if line.startswith("version = "))
 SQL = ROOT / "sql"
@@ -127,47 +125,6 @@ def update_store_from(cluster, script, db="postgres"):
 
 def catalog(cluster, db):
     return cluster.query(CATALOG_SQL, db).split("\n")
-
-
-def previous_library():
-    """The directory with cosid.so of 0.1.0, built for this PostgreSQL from its commit the first
-    time it is needed. None when the commit is not in this clone's history."""
-    # Tests running side by side wait for the one that builds it.
-    with exclusive(f"old-version-{PREVIOUS}-pg{PG_MAJOR}"):
-        return build_previous_library()
-
-
-def build_previous_library():
-    base = ROOT / "target" / "old-versions" / f"{PREVIOUS}-pg{PG_MAJOR}"
-    library = base / "lib" / "cosid.so"
-    if library.exists():
-        return library.parent
-    if subprocess.run(["git", "-C", ROOT, "cat-file", "-e", f"{PREVIOUS_COMMIT}^{{commit}}"],
-                      stderr=subprocess.DEVNULL).returncode != 0:
-        return None
-    source = base / "src"
-    shutil.rmtree(source, ignore_errors=True)
-    source.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", ROOT, "archive", PREVIOUS_COMMIT],
-                             stdout=subprocess.PIPE, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", source], input=archive, check=True)
-    stage = base / "stage"
-    # Without the release profile's whole-program optimisation, which makes no difference to
-    # what the tests run and takes the build from about 4 minutes to 2.
-    subprocess.run(["cargo", "pgrx", "package", "--pg-config", PG_CONFIG, "--out-dir", stage],
-                   cwd=source, check=True, env={**os.environ, "CARGO_TARGET_DIR": str(base / "target"),
-                                                "CARGO_PROFILE_RELEASE_LTO": "false",
-                                                "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16"})
-    built = next(stage.rglob("cosid.so"))
-    library.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(built, library)
-    os.chmod(library, 0o755)
-    # The postgres user must reach it.
-    for parent in [library.parent, *library.parent.parents]:
-        if parent == ROOT.parent:
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o055)
-    return library.parent
 
 
 def loaded_library(cluster):

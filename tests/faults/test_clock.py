@@ -1,5 +1,5 @@
-"""Clock faults with libfaketime: the server's wall clock is offset through a timestamp file of its
-own (the monotonic clocks stay real), while clients record every id. A small step back is waited
+"""Clock faults with the fault tier's clock faker (helpers/fakeclock.c): the server's wall clock is
+offset through a file of its own (the monotonic clocks stay real), while clients record every id. A small step back is waited
 out, a large one is refused, and a step back across a restart waits for the lease's watermark or
 gives the machine id back. Zero duplicates in every case."""
 
@@ -11,9 +11,9 @@ import time
 import unittest
 
 from helpers.clients import copy_ids, duplicates, run_session
-from helpers.faults import LIBFAKETIME
+from helpers.faults import fake_clock, set_clock_offset
 from helpers.leases import FAST_LEASES, status, try_next, ts_ms_of, wait_up
-from helpers.pgcluster import Cluster, SqlError, chown_to_postgres, free_port, query_as, wait_for
+from helpers.pgcluster import Cluster, SqlError, free_port, query_as, wait_for
 
 ONE_MACHINE_ID = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.sequence_bits": 12}
 
@@ -37,23 +37,14 @@ def first_id_after_refusals(test, cluster, timeout_s, behind_what):
 
 class ClockFaults(unittest.TestCase):
     def setUp(self):
-        self.assertTrue(LIBFAKETIME.exists(), "libfaketime is missing: run scripts/setup.sh")
         # One machine id, so that a server restarted with its clock behind must take the same
-        # one back, and wait for (or give back) its watermark. With free machine ids its worker
-        # would take a free one when it runs on the faked clock: from PostgreSQL 16 on it does,
-        # while PostgreSQL 15 forks it where libfaketime leaves it on the real clock (see
-        # pgcluster.Cluster.put_worker_on_faked_clock); test_lease tests that choice.
+        # one back, and wait for (or give back) its watermark. With free machine ids its worker,
+        # on the faked clock, would take a free one; test_lease tests that choice.
         self.cluster = Cluster(self.id().rsplit(".", 1)[-1][:40], free_port(25160),
                                {**FAST_LEASES, **ONE_MACHINE_ID})
         self.cluster.init()
         self.offset_file = self.cluster.base / "faketime"
-        self.set_offset(0)
-        self.cluster.env = {
-            "LD_PRELOAD": LIBFAKETIME,
-            "FAKETIME_TIMESTAMP_FILE": self.offset_file,
-            "FAKETIME_NO_CACHE": "1",
-            "DONT_FAKE_MONOTONIC": "1",
-        }
+        self.cluster.env = fake_clock(self.offset_file, 0)
         self.cluster.start()
         self.cluster.query("CREATE EXTENSION cosid")
         wait_up(self.cluster)
@@ -64,8 +55,7 @@ class ClockFaults(unittest.TestCase):
 
     def set_offset(self, seconds):
         """Moves the server's wall clock to real time + seconds."""
-        self.offset_file.write_text(f"{seconds:+.3f}\n")
-        chown_to_postgres(self.offset_file)
+        set_clock_offset(self.offset_file, seconds)
 
     def generate(self, count=2_000):
         session = run_session(self.cluster, 0, [copy_ids(count)])
@@ -127,9 +117,7 @@ class ClockFaults(unittest.TestCase):
         machine_id = self.restart_with_offset(-6.0)
         # Refused while the clock is behind the watermark the last holder left: by the worker,
         # which gives the machine id back (CLOCK_BEHIND), or by the generator, whose floor is the
-        # watermark. Under PostgreSQL 15 the worker is forked inside a signal handler of the
-        # postmaster, where libfaketime leaves a process on the real clock, so which of the two
-        # refuses depends on the version; the give-back itself is tested in test_lease.
+        # watermark; either is right here, and the give-back itself is tested in test_lease.
         value = first_id_after_refusals(self, self.cluster, 20, "the watermark")
         self.assertEqual(int(status(self.cluster)["machine_id"]), machine_id)
         self.assertGreater(value, max(before.ids))
@@ -150,10 +138,7 @@ class FixedMachineIdAcrossACrash(unittest.TestCase):
             "cosid.local_state_interval": "'200ms'"}, durable=True).init()
         self.addCleanup(self.cluster.stop, mode="immediate", check=False)
         self.offset_file = self.cluster.base / "faketime"
-        self.offset_file.write_text("+0.000\n")
-        chown_to_postgres(self.offset_file)
-        self.cluster.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": self.offset_file,
-                            "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
+        self.cluster.env = fake_clock(self.offset_file, 0)
         self.cluster.start()
         self.cluster.query("CREATE EXTENSION cosid")
         wait_for(lambda: (self.cluster.data / "cosid.state").exists(), 5, "the state file")
@@ -161,7 +146,7 @@ class FixedMachineIdAcrossACrash(unittest.TestCase):
     def crash_and_restart_behind(self, before, seconds):
         cluster = self.cluster
         cluster.crash()
-        self.offset_file.write_text(f"{-seconds:+.3f}\n")
+        set_clock_offset(self.offset_file, -seconds)
         cluster.start()
         value = first_id_after_refusals(self, cluster, seconds + 15, "the floor")
         after = run_session(cluster, 1, [copy_ids(2_000)])
@@ -201,7 +186,7 @@ class FixedMachineIdAcrossACrash(unittest.TestCase):
         state = cluster.data / "cosid.state"
         record = state.read_bytes()
         plant_state_file(cluster, record[:len(record) // 2])
-        self.offset_file.write_text("-5.000\n")
+        set_clock_offset(self.offset_file, -5)
         cluster.start()
         refusal = assert_refused_for_the_state_file(self, cluster, "restart the server")
         self.assertIn("is truncated: it does not end with a newline", refusal.stderr)

@@ -9,8 +9,9 @@ increasing per connection; only the expected SQLSTATEs. Each scenario prints a t
 scenario also generates from two named generators per server, each in a namespace of its own
 with 1 machine bit, and checks the oracles for each generator apart.
 
-    python3 run.py test_faults                   the scenarios, one by one (part of make test)
-    COSID_FAULT_ROUNDS=20 python3 run.py test_faults.Faults.test_random_mix
+    python3 run.py faults.test_faults            the scenarios, one by one (make test runs each
+                                                 in a process of its own)
+    COSID_FAULT_ROUNDS=20 python3 run.py faults.test_faults.Faults.test_random_mix
                                                  a longer randomized mix (make test-faults)
 """
 
@@ -24,12 +25,13 @@ import unittest
 from collections import Counter, defaultdict
 
 from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
-from helpers.faults import FAST, LAYOUT, LIBFAKETIME, MACHINE_BITS, SEQUENCE_BITS
+from helpers.faults import (FAST, LAYOUT, MACHINE_BITS, SEQUENCE_BITS, fake_clock,
+                            set_clock_offset)
 from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
                            start_store)
 from helpers.generators import generators, next_id
 from helpers.leases import DEADLINE_S, SAFE_GUARD_S, status
-from helpers.pgcluster import PG_BIN, SqlError, chown_to_postgres, query_as, wait_for
+from helpers.pgcluster import PG_BIN, SqlError, query_as, wait_for
 
 # Refusals a client may see: no lease for the moment (55P03), no machine id left (53400), and,
 # when a server is stopped (57P01) or killed, a lost connection.
@@ -444,17 +446,14 @@ class Faults(unittest.TestCase):
                            lambda: proxy.set_mode("pass"), SAFE_GUARD_S + 2)
 
     def skew(self, server, offset_s):
-        """Restarts `server` with its wall clock `offset_s` ahead (libfaketime, a timestamp file
-        of its own), backends and worker, and leasing again; returns a function that moves its
+        """Restarts `server` with its wall clock `offset_s` ahead (the clock faker of
+        helpers/faults.py, a file of its own), backends and worker, and leasing again; returns a function that moves its
         clock to another offset while it runs."""
         offset = server.base / "faketime"
 
         def set_offset(seconds):
-            offset.write_text(f"{seconds:+.3f}\n")
-            chown_to_postgres(offset)
-        set_offset(offset_s)
-        server.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset,
-                      "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+            set_clock_offset(offset, seconds)
+        server.env = fake_clock(offset, offset_s)
         server.restart()
         wait_for(lambda: status(server)["state"] == "UP", 15, "the skewed server's lease")
         server.put_worker_on_faked_clock(offset_s)

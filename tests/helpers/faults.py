@@ -1,12 +1,54 @@
 """The fleet of the fault and load tiers: its layout (1 machine bit, so that 3 servers take each
-other's machine ids over), its lease timings, and the clock faker."""
+other's machine ids over), its lease timings, and the clock faker (fakeclock.c)."""
 
-from pathlib import Path
+import os
+import subprocess
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+from .pgcluster import ROOT, chown_to_postgres, exclusive
+
 MACHINE_BITS = 1
 SEQUENCE_BITS = 12
 LAYOUT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": MACHINE_BITS,
           "cosid.sequence_bits": SEQUENCE_BITS}
 FAST = {"cosid.safe_guard_duration": "'4s'", "cosid.guarder_delay": "'500ms'",
         "cosid.guarder_initial_delay": "'500ms'"}
+
+FAKE_CLOCK_SOURCE = ROOT / "tests" / "helpers" / "fakeclock.c"
+
+
+def fake_clock_library():
+    """The clock faker, built from fakeclock.c with gcc the first time it is needed (again when
+    the source changes) into target/fakeclock/."""
+    source = FAKE_CLOCK_SOURCE.read_bytes()
+    library = ROOT / "target" / "fakeclock" / f"fakeclock-{hash_of(source)}.so"
+    with exclusive("fakeclock"):
+        if not library.exists():
+            library.parent.mkdir(parents=True, exist_ok=True)
+            building = library.with_suffix(".building")
+            result = subprocess.run(
+                ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", building,
+                 FAKE_CLOCK_SOURCE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"gcc could not build {FAKE_CLOCK_SOURCE}:\n{result.stdout}")
+            os.chmod(building, 0o755)
+            building.rename(library)
+    return library
+
+
+def hash_of(data):
+    import hashlib
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def fake_clock(offset_file, offset_s=0.0):
+    """Writes the clock offset of a server (its wall clock is real time + offset_s) to
+    offset_file, and returns the environment that puts the server on it: every process of the
+    server reads the file again at each reading of the wall clock."""
+    set_clock_offset(offset_file, offset_s)
+    return {"LD_PRELOAD": str(fake_clock_library()), "COSID_FAKECLOCK_FILE": str(offset_file)}
+
+
+def set_clock_offset(offset_file, offset_s):
+    """Moves the wall clock of the servers on offset_file to real time + offset_s."""
+    offset_file.write_text(f"{offset_s:+.3f}\n")
+    chown_to_postgres(offset_file)

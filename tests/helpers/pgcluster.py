@@ -248,14 +248,10 @@ class Cluster:
         return None
 
     def put_worker_on_faked_clock(self, offset_s, timeout=30):
-        """Under PostgreSQL 15 the postmaster forks the lease worker inside a signal handler, where
-        libfaketime leaves the child on the real clock; a worker started again from the
-        postmaster's main loop runs on the server's faked clock like its backends (from
-        PostgreSQL 16 on, the postmaster starts every worker from its main loop). Restarts the
-        worker until one dates its log lines `offset_s` from the real clock; returns its pid.
-        For clocks ahead only: the postmaster times a restart from when the old worker exited,
-        read on the real clock in its signal handler, against its faked clock in the main loop,
-        so a clock behind delays the restart by as much."""
+        """Restarts the lease worker until one dates its log lines `offset_s` from the real clock
+        (a server on the fault tier's fake clock, helpers/faults.py); returns its pid. The proof
+        that the worker runs on the faked clock, not only its backends: with the clock faker the
+        tests used before, PostgreSQL 15's first worker stayed on the real clock."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pid = self.restart_worker()
