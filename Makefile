@@ -23,8 +23,10 @@ TIERS := regress cluster faults
 TEST_JOBS ?= 6
 # The times of the steps before the suite, which it prints with its own.
 STEP_TIMES := target/test-step-times.txt
-# Runs $(2) and records its time under the name $(1).
-timed = start=$$(date +%s); $(2); echo "$$(( $$(date +%s) - start )) $(1)" >> $(STEP_TIMES)
+# Runs $(2) and records its time under the name $(1); fails if $(2) fails.
+timed = start=$$(date +%s) && $(2) && echo "$$(( $$(date +%s) - start )) $(1)" >> $(STEP_TIMES)
+# The upgrade tests need 0.1.0's library on PostgreSQL 15.
+OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 
 .PHONY: setup install run stop test quick unit-test old-versions lint integration-test test-faults \
 	bench package
@@ -68,7 +70,8 @@ quick:
 	@mkdir -p target && rm -f $(STEP_TIMES)
 	@$(call timed,lint (PostgreSQL $(PG)),$(MAKE) --no-print-directory lint LINT_PG=$(PG))
 	@$(call timed,unit tests (core),$(MAKE) --no-print-directory unit-test)
-	@$(call timed,build and install for PostgreSQL $(PG),$(MAKE) --no-print-directory install)
+	@$(call timed,build and install for PostgreSQL $(PG),$(MAKE) --no-print-directory install \
+		$(call OLD_VERSIONS_FOR,$(PG)))
 	cd tests && python3 suite.py --versions "$(PG)" --jobs $(TEST_JOBS) --steps ../$(STEP_TIMES) \
 		regress cluster
 
@@ -93,7 +96,7 @@ lint: setup
 	done
 
 # Every tier against one version (PG): its build and install, then tests/suite.py.
-integration-test: install
+integration-test: install $(call OLD_VERSIONS_FOR,$(PG))
 	cd tests && python3 suite.py --versions "$(PG)" --jobs $(TEST_JOBS) $(TIERS)
 
 # The fault-injection scenarios with a longer randomized mix of faults (make test runs 3 rounds

@@ -10,8 +10,8 @@
  * Why not libfaketime: PostgreSQL reads the clock inside its SIGALRM handler
  * (GetCurrentTimestamp() in timeout.c), and libfaketime reads its timestamp file with fopen(),
  * which allocates. A handler that interrupts the server inside malloc() then corrupts the heap:
- * "malloc assertion failure in sysmalloc", and the process aborts. Seen in about one run of the
- * clock tests in fifteen with the suite's jobs side by side. Everything here is async-signal-safe:
+ * "malloc assertion failure in sysmalloc", and the process aborts: a lease worker did in 2 of 31
+ * runs of test_clock six at a time. Everything here is async-signal-safe:
  * raw system calls (open, read, close, clock_gettime), no allocation, no lock, no stdio. A file
  * caught empty or half-written while a test rewrites it leaves the offset read last.
  */
