@@ -23,8 +23,9 @@ TIERS := regress cluster faults
 TEST_JOBS ?= 6
 # The times of the steps before the suite, which it prints with its own.
 STEP_TIMES := target/test-step-times.txt
-# Runs $(2) and records its time under the name $(1); fails if $(2) fails.
-timed = start=$$(date +%s) && $(2) && echo "$$(( $$(date +%s) - start )) $(1)" >> $(STEP_TIMES)
+# Runs $(2) and records its time under the name $(1); the shell exits with $(2)'s status if it
+# fails (also inside a loop).
+timed = start=$$(date +%s); $(2) || exit $$?; echo "$$(( $$(date +%s) - start )) $(1)" >> $(STEP_TIMES)
 # The upgrade tests need 0.1.0's library on PostgreSQL 15.
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 

@@ -139,6 +139,15 @@ class Job:
         except ProcessLookupError:
             pass
         self.process.wait()
+        # Its servers run in sessions of their own (pg_ctl starts them so): stopped here, or
+        # they would go on using the processor under the other jobs.
+        folder = ROOT / "target" / "test-clusters" / f"pg{self.version}" / str(self.number)
+        for pid_file in folder.glob("*/data/postmaster.pid"):
+            try:
+                postmaster = int(pid_file.read_text().split("\n", 1)[0])
+                os.killpg(postmaster, signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
 
     def failed_count(self):
         r = self.result
@@ -238,8 +247,12 @@ def report(done, versions, tiers, wall_s, steps):
     return not failed
 
 
-def write_durations(done):
+def write_durations(done, tiers):
+    """The longest time of each job over the versions; jobs of tiers not run keep theirs, and
+    jobs that are gone are dropped."""
     durations = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    durations = {job: seconds for job, seconds in durations.items()
+                 if job.split(".", 1)[0] not in tiers}
     measured = {}
     for job in done:
         measured[job.id] = max(measured.get(job.id, 0), round(job.seconds(), 1))
@@ -282,16 +295,15 @@ def main():
     print(f"suite: {len(jobs)} jobs ({sum(job.tests for job in jobs)} tests) of "
           f"{', '.join(tiers)} on PostgreSQL {', '.join(versions)}, {ARGS.jobs} at a time",
           flush=True)
-    done = []
     try:
         done = run(jobs, ARGS.jobs, pg_configs)
-    except KeyboardInterrupt:
+    finally:
+        # Interrupted, or failed to start a job: nothing is left running.
         for job in jobs:
             if job.process is not None and job.process.poll() is None:
                 job.stop()
-        raise
     if ARGS.write_durations:
-        write_durations(done)
+        write_durations(done, tiers)
     passed = report(done, versions, tiers, time.monotonic() - started, read_steps(ARGS.steps))
     return 0 if passed else 1
 

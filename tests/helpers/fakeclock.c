@@ -16,6 +16,7 @@
  * caught empty or half-written while a test rewrites it leaves the offset read last.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,17 +73,20 @@ static int64_t offset_ns(void)
     char text[64];
     ssize_t length;
     int64_t offset;
-    int fd;
+    int fd, saved_errno = errno;
 
     if (offset_file[0] == '\0')
         return 0;
     fd = (int) syscall(SYS_openat, AT_FDCWD, offset_file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return last_offset_ns;
-    length = (ssize_t) syscall(SYS_read, fd, text, sizeof(text));
-    syscall(SYS_close, fd);
-    if (length > 0 && length < (ssize_t) sizeof(text) && parse_offset(text, length, &offset))
-        last_offset_ns = offset;
+    if (fd >= 0)
+    {
+        length = (ssize_t) syscall(SYS_read, fd, text, sizeof(text));
+        syscall(SYS_close, fd);
+        if (length > 0 && length < (ssize_t) sizeof(text) && parse_offset(text, length, &offset))
+            last_offset_ns = offset;
+    }
+    /* A reading of the clock that succeeds leaves errno as it was. */
+    errno = saved_errno;
     return last_offset_ns;
 }
 

@@ -62,5 +62,8 @@ def build_previous_library():
 if __name__ == "__main__":
     directory = previous_library()
     if directory is None:
-        sys.exit(f"old_versions: commit {PREVIOUS_COMMIT} of cosid {PREVIOUS} is not in this clone")
+        # As the upgrade tests do: those that need it are skipped, saying why.
+        print(f"old_versions: commit {PREVIOUS_COMMIT} of cosid {PREVIOUS} is not in this clone: "
+              "the tests that run its library will be skipped")
+        sys.exit(0)
     print(f"old_versions: cosid {PREVIOUS} for PostgreSQL {PG_MAJOR} in {directory}")

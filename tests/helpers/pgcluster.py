@@ -413,12 +413,16 @@ def free_port(preferred):
     import fcntl
     import socket
     port = preferred + PORT_OFFSET
-    PORT_LOCKS.mkdir(mode=0o777, exist_ok=True)
+    if not PORT_LOCKS.exists():
+        PORT_LOCKS.mkdir(exist_ok=True)
+        # Any user's tests, as /tmp itself.
+        os.chmod(PORT_LOCKS, 0o1777)
     while True:
         if not 1024 <= port < 32768:
             raise ValueError(f"port {port} for PostgreSQL {PG_MAJOR} is outside 1024..32767")
         if port not in HELD_PORTS:
-            lock = open(PORT_LOCKS / f"{port}.lock", "a")
+            lock = os.fdopen(os.open(PORT_LOCKS / f"{port}.lock", os.O_WRONLY | os.O_CREAT, 0o666),
+                             "w")
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
