@@ -220,7 +220,7 @@ def remove_if_empty(job):
         pass
 
 
-def report(done, versions, tiers, wall_s, steps):
+def report(done, versions, tiers, slots, wall_s, steps):
     failed = [job for job in done if job.failed_count()]
     for job in failed:
         print(f"\n======== pg{job.version} {job.id} FAILED: {job.log}\n"
@@ -243,7 +243,7 @@ def report(done, versions, tiers, wall_s, steps):
                   f"{wall:>6.0f} s{busy:>6.0f} s")
     print(f"  (wall: from a tier's first job's start to its last one's end on that version; busy:"
           f" the sum of its jobs' times)\n  every tier and version side by side: {len(done)} "
-          f"jobs, at most {ARGS.jobs} at a time, in {wall_s:.0f} s")
+          f"jobs, at most {slots} at a time, in {wall_s:.0f} s")
     return not failed
 
 
@@ -272,7 +272,6 @@ def read_steps(path):
 
 
 def main():
-    global ARGS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tiers", nargs="*", help=f"of {', '.join(TIERS)} (all by default)")
     parser.add_argument("--versions", default=os.environ.get("TESTED_PG", "15 16 18"))
@@ -280,31 +279,32 @@ def main():
     parser.add_argument("--steps", help="a file of the times of earlier steps, to show")
     parser.add_argument("--write-durations", action="store_true")
     parser.add_argument("--discover", action="store_true", help=argparse.SUPPRESS)
-    ARGS = parser.parse_args()
-    tiers = ARGS.tiers or list(TIERS)
+    args = parser.parse_args()
+    tiers = args.tiers or list(TIERS)
     unknown = [tier for tier in tiers if tier not in TIERS]
     if unknown:
         parser.error(f"no tier {', '.join(unknown)}; the tiers are {', '.join(TIERS)}")
-    if ARGS.discover:
+    if args.discover:
         print(json.dumps(discover(tiers)))
         return 0
-    versions = ARGS.versions.split()
+    versions = args.versions.split()
     pg_configs = {version: pg_config_of(version) for version in versions}
     started = time.monotonic()
     jobs = plan(versions, tiers)
     print(f"suite: {len(jobs)} jobs ({sum(job.tests for job in jobs)} tests) of "
-          f"{', '.join(tiers)} on PostgreSQL {', '.join(versions)}, {ARGS.jobs} at a time",
+          f"{', '.join(tiers)} on PostgreSQL {', '.join(versions)}, {args.jobs} at a time",
           flush=True)
     try:
-        done = run(jobs, ARGS.jobs, pg_configs)
+        done = run(jobs, args.jobs, pg_configs)
     finally:
         # Interrupted, or failed to start a job: nothing is left running.
         for job in jobs:
             if job.process is not None and job.process.poll() is None:
                 job.stop()
-    if ARGS.write_durations:
+    if args.write_durations:
         write_durations(done, tiers)
-    passed = report(done, versions, tiers, time.monotonic() - started, read_steps(ARGS.steps))
+    passed = report(done, versions, tiers, args.jobs, time.monotonic() - started,
+                    read_steps(args.steps))
     return 0 if passed else 1
 
 
