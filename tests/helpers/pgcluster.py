@@ -459,12 +459,15 @@ def conf_string(value):
 def wait_for_answer(cluster, sql, allowed, timeout=30):
     """The rows of `sql` once it answers; until then it may fail only with the SQLSTATEs in
     `allowed` (a generator just created is not known yet, or has no lease yet)."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while True:
         try:
             return cluster.rows(sql)
         except SqlError as error:
-            if error.sqlstate not in allowed or time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            if error.sqlstate not in allowed or waited > timeout:
+                why = "an answer not allowed" if error.sqlstate not in allowed else "still"
                 raise AssertionError(
-                    f"{sql}\nfailed with {error} after {timeout} s:\n{cluster.log()[-2000:]}")
+                    f"{sql}\nfailed with {error} ({why}, after {waited:.1f} s of at most "
+                    f"{timeout} s):\n{cluster.log()[-2000:]}")
         time.sleep(0.05)
