@@ -1,4 +1,4 @@
--- cosid's lease store, version 0.4.0: the table of machine-id leases and the protocol that
+-- cosid's lease store, version 0.5.0: the table of machine-id leases and the protocol that
 -- claims, renews and releases them. Every holder calls these functions, so the rules live here
 -- once. CREATE EXTENSION cosid installs it; for a shared store of a fleet, run it with
 --   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store.sql
@@ -19,6 +19,10 @@
 --   and only on their own claim: nobody can read another holder's claim token.
 -- - Claims of a namespace are serialised by a row lock on a private table, which no other role
 --   can take.
+-- - A store that may have forgotten acknowledged writes (a promoted standby, a point-in-time
+--   recovery, a restore into another cluster or database) is never trusted at once: after its
+--   identity changes, no machine id is handed out as released, new or expired until a whole
+--   safe guard has passed, while holders whose claim it still shows keep renewing.
 -- - Members of pg_monitor read cosid.leases (no claim token is in it) and nothing else: schema
 --   cosid, the view and the function behind it.
 
@@ -64,7 +68,7 @@ BEGIN
         PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
         PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
         RAISE WARNING 'a cosid lease store (version %) is installed in this database already; nothing was changed', v_found
-            USING DETAIL = 'This file installs version 0.4.0 into a database that has none. The rest of this session is read-only.',
+            USING DETAIL = 'This file installs version 0.5.0 into a database that has none. The rest of this session is read-only.',
                   HINT = pg_catalog.format('To update the store, run lease_store--%s--<next>.sql with psql -v ON_ERROR_STOP=1 --single-transaction, one version at a time.', v_found);
         PERFORM pg_catalog.set_config('search_path', v_path, true);
         RETURN;
@@ -118,6 +122,69 @@ CREATE TABLE cosid.lease_namespace (
 
 COMMENT ON TABLE cosid.lease_namespace IS
     'Namespaces of cosid''s machine-id leases; claims of a namespace lock its row.';
+
+-- The identity of the store the leases were last written in, and since when: a promoted
+-- standby, a point-in-time recovery and a restore into another cluster or database each give
+-- the store another identity, and each may have lost writes whose commit the holders were
+-- told of. settles says whether the change must be waited out (not at a first install).
+CREATE TABLE cosid.store_identity (
+    only_row boolean     PRIMARY KEY DEFAULT true CHECK (only_row),
+    identity text        NOT NULL,
+    seen_at  timestamptz NOT NULL,
+    settles  boolean     NOT NULL
+);
+
+COMMENT ON TABLE cosid.store_identity IS
+    'The identity of the database cosid''s leases were last written in (system identifier, timeline, database), and when it was first seen.';
+
+-- This database's identity now: the cluster's system identifier (a new one in another
+-- cluster), the timeline WAL is written on (a new one at every promotion and point-in-time
+-- recovery) and the database's oid (a new one in every restore into a new database).
+CREATE FUNCTION cosid.store_identity_now()
+RETURNS text
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT format('system %s, timeline %s, database %s',
+              (SELECT s.system_identifier FROM pg_control_system() s),
+              ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,
+              (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()))
+$$;
+
+-- Until when this store must not hand out a machine id as released, new or expired: NULL while
+-- it is the store the leases were written in. The first protocol call that finds another
+-- identity than the one recorded (or none, over lease rows written before) records it with
+-- the time; the store settles a whole safe guard later, the longest any row records or the
+-- caller's: a holder whose claim, renewal or release the store forgot stops generating within
+-- its safe guard of its last write, which was before the change was seen (Chubby's lock
+-- delay). Every claim after it also waits for that time, so that a new holder's timestamps
+-- are above what such a holder issued.
+CREATE FUNCTION cosid.store_settles_at(p_safe_guard_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_identity text := cosid.store_identity_now();
+    v_row      cosid.store_identity;
+BEGIN
+    SELECT * INTO v_row FROM cosid.store_identity i;
+    IF v_row.identity IS DISTINCT FROM v_identity THEN
+        INSERT INTO cosid.store_identity AS i (identity, seen_at, settles)
+        VALUES (v_identity, clock_timestamp(), EXISTS (SELECT FROM cosid.machine_lease))
+        ON CONFLICT (only_row) DO UPDATE
+           SET identity = EXCLUDED.identity, seen_at = EXCLUDED.seen_at, settles = true
+         WHERE i.identity <> EXCLUDED.identity;
+        SELECT * INTO v_row FROM cosid.store_identity i;
+    END IF;
+    -- A safe guard is at most a day.
+    IF NOT v_row.settles OR v_row.seen_at < clock_timestamp() - interval '1 day' THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_row.seen_at + greatest((SELECT max(l.safe_guard) FROM cosid.machine_lease l),
+                                    greatest(p_safe_guard_ms, 1) * interval '1 millisecond');
+END
+$$;
 
 -- What the next holder of a lease must wait for: the exact last timestamp of a release, else the
 -- bound.
@@ -194,17 +261,20 @@ CREATE TRIGGER machine_lease_no_truncate BEFORE TRUNCATE ON cosid.machine_lease
 -- has expired, at expires_at_ms; 'exhausted', 'layout' (the namespace's rows, held or not,
 -- have another id layout: epoch, time unit and widths; or a live lease has other machine bits),
 -- or 'contended' (other writers kept changing the chosen rows: try
--- again). Times are Unix milliseconds. Call it in a READ COMMITTED transaction, so that it sees
--- what the claims it waited for committed.
+-- again); 'settling' (with p_knows_settling; 'contended' without) while the store settles
+-- after its identity changed (see cosid.store_settles_at()), until expires_at_ms: only the
+-- same claim again is answered meanwhile. Times are Unix milliseconds. Call it in a READ
+-- COMMITTED transaction, so that it sees what the claims it waited for committed.
 CREATE FUNCTION cosid.lease_claim(
-    p_namespace     text,
-    p_machine_bits  integer,
-    p_instance_id   text,
-    p_stable        boolean,
-    p_safe_guard_ms bigint,
-    p_claim_token   text,
-    p_watermark_ms  bigint,
-    p_layout        text)
+    p_namespace       text,
+    p_machine_bits    integer,
+    p_instance_id     text,
+    p_stable          boolean,
+    p_safe_guard_ms   bigint,
+    p_claim_token     text,
+    p_watermark_ms    bigint,
+    p_layout          text,
+    p_knows_settling  boolean)
 RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
                expires_at_ms bigint, store_now_ms bigint)
 LANGUAGE plpgsql
@@ -213,6 +283,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now      timestamptz;
+    v_settles  timestamptz;
+    v_settling boolean;
+    v_settled_ms bigint;
     v_max      integer;
     v_clock_ms bigint := p_watermark_ms - p_safe_guard_ms;
     v_lease    cosid.machine_lease;
@@ -225,7 +298,7 @@ BEGIN
        OR p_claim_token IS NULL OR p_claim_token = '' OR p_stable IS NULL
        OR p_machine_bits IS NULL OR p_machine_bits < 0 OR p_machine_bits > 31
        OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_safe_guard_ms > 86400000
-       OR p_watermark_ms IS NULL OR p_layout IS NULL
+       OR p_watermark_ms IS NULL OR p_layout IS NULL OR p_knows_settling IS NULL
        OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
         RAISE EXCEPTION 'invalid arguments to cosid.lease_claim'
             USING ERRCODE = 'invalid_parameter_value',
@@ -237,7 +310,10 @@ BEGIN
     -- Serialises claims where it can; a lock somebody keeps (a holder's open transaction) is
     -- skipped, since the conditional writes below keep racing claims apart on their own.
     PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE SKIP LOCKED;
+    v_settles := cosid.store_settles_at(p_safe_guard_ms);
     v_now := clock_timestamp();
+    v_settling := coalesce(v_settles > v_now, false);
+    v_settled_ms := coalesce(cosid.unix_ms(v_settles), 0);
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
 
     -- Servers of one namespace must share a layout: ids of two layouts can coincide. A
@@ -257,13 +333,22 @@ BEGIN
         v_lease := NULL;
         -- Its own lease, unless it is a non-stable one it gave back with a watermark ahead of
         -- its clock: that one comes last, as anybody's.
+        -- While the store settles, only the same claim again (its answer was lost), live.
         SELECT * INTO v_lease FROM cosid.machine_lease l
          WHERE l.namespace = p_namespace AND l.instance_id = p_instance_id
            AND l.machine_id <= v_max
            AND NOT (l.state = 'released' AND NOT l.stable
                     AND cosid.lease_next_floor_ms(l) > v_clock_ms)
+           AND (NOT v_settling OR (l.state = 'claimed' AND l.claim_token = p_claim_token
+                                   AND l.expires_at > v_now))
          ORDER BY l.machine_id LIMIT 1;
         v_outcome := 'own';
+        IF v_settling AND v_lease.machine_id IS NULL THEN
+            RETURN QUERY SELECT CASE WHEN p_knows_settling THEN 'settling' ELSE 'contended' END,
+                                NULL::integer, NULL::bigint, cosid.unix_ms(v_settles),
+                                cosid.unix_ms(v_now);
+            RETURN;
+        END IF;
         IF v_lease.machine_id IS NOT NULL AND v_lease.state = 'claimed'
            AND v_lease.expires_at > v_now AND v_lease.claim_token <> p_claim_token THEN
             -- Whoever made that claim may still be generating until it expires.
@@ -298,11 +383,12 @@ BEGIN
                      watermark_ms, claim_floor_ms)
                 VALUES (p_namespace, v_taken, p_machine_bits, p_layout, p_instance_id,
                         p_claim_token, p_stable, 'claimed', v_now, v_now, v_expires,
-                        p_safe_guard_ms * interval '1 millisecond', p_watermark_ms, 0)
+                        p_safe_guard_ms * interval '1 millisecond', p_watermark_ms,
+                        v_settled_ms)
                 ON CONFLICT DO NOTHING;
                 IF FOUND THEN
-                    RETURN QUERY SELECT 'new'::text, v_taken, 0::bigint, cosid.unix_ms(v_expires),
-                                        cosid.unix_ms(v_now);
+                    RETURN QUERY SELECT 'new'::text, v_taken, v_settled_ms,
+                                        cosid.unix_ms(v_expires), cosid.unix_ms(v_now);
                     RETURN;
                 END IF;
                 CONTINUE;
@@ -335,10 +421,12 @@ BEGIN
         -- changed it, and then we choose again.
         -- The same claim again (its answer was lost) waits for what the claim found, not for
         -- the bound it wrote itself.
+        -- After the store's identity changed, what a forgotten holder issued is below the time
+        -- the store settled.
         IF v_lease.state = 'claimed' AND v_lease.claim_token = p_claim_token THEN
             v_previous := v_lease.claim_floor_ms;
         ELSE
-            v_previous := cosid.lease_next_floor_ms(v_lease);
+            v_previous := greatest(cosid.lease_next_floor_ms(v_lease), v_settled_ms);
         END IF;
         UPDATE cosid.machine_lease l
            SET machine_bits = p_machine_bits, layout = p_layout, instance_id = p_instance_id,
@@ -359,6 +447,29 @@ BEGIN
     RETURN QUERY SELECT 'contended'::text, NULL::integer, NULL::bigint, NULL::bigint,
                         cosid.unix_ms(v_now);
 END
+$$;
+
+-- The claim as servers of cosid 0.2.0 to 0.4.0 call it, so that a store can be updated while
+-- they still run: the same claim, answering 'contended' (try again) while the store settles.
+CREATE FUNCTION cosid.lease_claim(
+    p_namespace     text,
+    p_machine_bits  integer,
+    p_instance_id   text,
+    p_stable        boolean,
+    p_safe_guard_ms bigint,
+    p_claim_token   text,
+    p_watermark_ms  bigint,
+    p_layout        text)
+RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.outcome, c.machine_id, c.previous_watermark_ms, c.expires_at_ms, c.store_now_ms
+      FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,
+                             p_safe_guard_ms, p_claim_token, p_watermark_ms, p_layout,
+                             false) c
 $$;
 
 -- The claim as servers of cosid 0.1.0 call it (no layout, times as timestamptz), so that a store
@@ -385,12 +496,54 @@ AS $$
            to_timestamp(c.expires_at_ms / 1000.0), to_timestamp(c.store_now_ms / 1000.0),
            c.expires_at_ms, c.store_now_ms
       FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,
-                             p_safe_guard_ms, p_claim_token, p_watermark_ms, ''::text) c
+                             p_safe_guard_ms, p_claim_token, p_watermark_ms, ''::text,
+                             false) c
 $$;
 
 -- Renews a lease held by this instance and claim token, and raises its watermark. No row means
--- the lease is lost: somebody else holds the machine id now. Times come as timestamptz (for
--- servers of cosid 0.1.0) and as Unix milliseconds.
+-- the lease is lost: somebody else holds the machine id now. While the store settles after its
+-- identity changed (see cosid.store_settles_at()), a lease it shows expired is renewed only for
+-- a holder that says it is still generating (p_holder_live: its own deadline, from renewals
+-- some store acknowledged, has not passed), since nobody else could take the machine id
+-- meanwhile; a holder that stopped may have been followed by one the store forgot. Times come
+-- as timestamptz (for servers of cosid 0.1.0) and as Unix milliseconds.
+CREATE FUNCTION cosid.lease_renew(
+    p_namespace     text,
+    p_machine_id    integer,
+    p_instance_id   text,
+    p_claim_token   text,
+    p_safe_guard_ms bigint,
+    p_watermark_ms  bigint,
+    p_holder_live   boolean)
+RETURNS TABLE (expires_at timestamptz, store_now timestamptz,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_settles timestamptz := cosid.store_settles_at(p_safe_guard_ms);
+BEGIN
+    RETURN QUERY
+    UPDATE cosid.machine_lease l
+       SET renewed_at = clock_timestamp(),
+           expires_at = clock_timestamp() + greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
+           safe_guard = greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
+           watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
+     WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
+       AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
+       AND l.state = 'claimed' AND p_safe_guard_ms <= 86400000
+       AND p_watermark_ms <= cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000
+       AND (v_settles IS NULL OR v_settles <= clock_timestamp()
+            OR coalesce(p_holder_live, l.expires_at > clock_timestamp()))
+    RETURNING l.expires_at, l.renewed_at, cosid.unix_ms(l.expires_at),
+              cosid.unix_ms(l.renewed_at);
+END
+$$;
+
+-- The renewal as servers of cosid 0.1.0 to 0.4.0 call it: while the store settles, only a lease
+-- it shows live is renewed.
 CREATE FUNCTION cosid.lease_renew(
     p_namespace     text,
     p_machine_id    integer,
@@ -404,17 +557,9 @@ LANGUAGE sql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    UPDATE cosid.machine_lease l
-       SET renewed_at = clock_timestamp(),
-           expires_at = clock_timestamp() + greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
-           safe_guard = greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
-           watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
-     WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
-       AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
-       AND l.state = 'claimed' AND p_safe_guard_ms <= 86400000
-       AND p_watermark_ms <= cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000
-    RETURNING l.expires_at, l.renewed_at, cosid.unix_ms(l.expires_at),
-              cosid.unix_ms(l.renewed_at)
+    SELECT r.expires_at, r.store_now, r.expires_at_ms, r.store_now_ms
+      FROM cosid.lease_renew(p_namespace, p_machine_id, p_instance_id, p_claim_token,
+                             p_safe_guard_ms, p_watermark_ms, NULL::boolean) r
 $$;
 
 -- Releases a lease at shutdown with the exact last timestamp the holder issued, which the next
@@ -460,12 +605,20 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now   timestamptz;
-    v_lease cosid.machine_lease;
-    v_count integer;
+    v_now     timestamptz;
+    v_settles timestamptz;
+    v_lease   cosid.machine_lease;
+    v_count   integer;
 BEGIN
     PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE;
+    v_settles := cosid.store_settles_at(1);
     v_now := clock_timestamp();
+    IF v_settles > v_now THEN
+        RAISE EXCEPTION 'the lease store is settling after its identity changed'
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('This database was first seen as %s at %s (a promotion, a point-in-time recovery or a restore), and may have forgotten leases; it settles at %s.', (SELECT i.identity FROM cosid.store_identity i), (SELECT i.seen_at FROM cosid.store_identity i), v_settles),
+                  HINT = 'Retire it once the store has settled.';
+    END IF;
     FOR v_lease IN SELECT * FROM cosid.machine_lease l
                     WHERE l.namespace = p_namespace
                       AND (p_machine_id IS NULL OR l.machine_id = p_machine_id)
@@ -539,18 +692,23 @@ CREATE FUNCTION cosid.lease_store_version()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0.4.0'::text $$;
+AS $$ SELECT '0.5.0'::text $$;
 
 -- Everything belongs to the NOLOGIN owner; holders (members of cosid_lease_holder) may only
 -- call the protocol; the view is for superusers and members of pg_monitor, cosid.lease_retire()
 -- for superusers.
 ALTER TABLE cosid.machine_lease OWNER TO cosid_lease_owner;
 ALTER TABLE cosid.lease_namespace OWNER TO cosid_lease_owner;
+ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.unix_ms(timestamptz) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_guard() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_release(text, integer, text, text, bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_retire(text, integer) OWNER TO cosid_lease_owner;
@@ -559,19 +717,24 @@ ALTER VIEW cosid.leases OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_store_version() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_namespace_layout(text) OWNER TO cosid_lease_owner;
 
-REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.leases FROM PUBLIC;
+REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.store_identity,
+    cosid.leases FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
-    cosid.machine_lease_guard(),
+    cosid.machine_lease_guard(), cosid.store_identity_now(), cosid.store_settles_at(bigint),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint),
     cosid.lease_retire(text, integer), cosid.lease_rows(),
     cosid.lease_namespace_layout(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     cosid.lease_namespace_layout(text),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint) TO cosid_lease_holder;
 GRANT SELECT ON TABLE cosid.leases TO pg_monitor;

@@ -88,8 +88,9 @@ pub struct Call {
 
 /// Which protocol the store has installed (no privilege on it needed to ask): this version's
 /// claim, and the claim of cosid 0.1.0, whose store this version's servers cannot use.
-/// This version's store has `cosid.lease_namespace_layout(text)` (0.3.0: a namespace keeps its
-/// layout for good); an older one has one of the claims of 0.1.0 and 0.2.0 only.
+/// This version's store has the claim that answers `settling` and the renewal that says whether
+/// the holder still generates (0.5.0: a store whose identity changed settles first); an older
+/// one has one of the claims of 0.1.0 to 0.4.0 only.
 ///
 /// The third column says whether the functions the session will call are cosid's: SECURITY
 /// DEFINER functions owned by `cosid_lease_owner`, as the extension and `lease_store.sql` make
@@ -98,17 +99,17 @@ pub struct Call {
 /// with a `lease_claim` of their own and have the worker run it. A function that is SECURITY
 /// DEFINER runs as its owner, never as the worker.
 const READINESS_SQL: &str = "SELECT pg_catalog.to_regprocedure(\
-    'cosid.lease_namespace_layout(text)'::pg_catalog.text) IS NOT NULL \
-    AND pg_catalog.to_regprocedure(\
-    'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text) \
+    'cosid.lease_renew(text,integer,text,text,bigint,bigint,boolean)'::pg_catalog.text) \
+    IS NOT NULL AND pg_catalog.to_regprocedure(\
+    'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text,boolean)'::pg_catalog.text) \
     IS NOT NULL, pg_catalog.to_regprocedure(\
     'cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint)'::pg_catalog.text) \
     IS NOT NULL, COALESCE((SELECT pg_catalog.bool_and(p.prosecdef \
     AND pg_catalog.nameeq(r.rolname, 'cosid_lease_owner')) \
     AND pg_catalog.int8eq(pg_catalog.count(p.oid), 3::pg_catalog.int8) \
     FROM pg_catalog.unnest(ARRAY[\
-    pg_catalog.to_regprocedure('cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text)'::pg_catalog.text), \
-    pg_catalog.to_regprocedure('cosid.lease_renew(text,integer,text,text,bigint,bigint)'::pg_catalog.text), \
+    pg_catalog.to_regprocedure('cosid.lease_claim(text,integer,text,boolean,bigint,text,bigint,text,boolean)'::pg_catalog.text), \
+    pg_catalog.to_regprocedure('cosid.lease_renew(text,integer,text,text,bigint,bigint,boolean)'::pg_catalog.text), \
     pg_catalog.to_regprocedure('cosid.lease_release(text,integer,text,text,bigint)'::pg_catalog.text)\
     ]) f(oid) \
     JOIN pg_catalog.pg_proc p ON pg_catalog.oideq(p.oid, f.oid::pg_catalog.oid) \
@@ -130,7 +131,7 @@ pub enum StoreProtocol {
 }
 
 const CLAIM_SQL: &str = "SELECT outcome, machine_id, previous_watermark_ms, expires_at_ms, \
-    store_now_ms FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7, $8)";
+    store_now_ms FROM cosid.lease_claim($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 const CLAIM_COLUMNS: &[Kind] = &[
     Kind::Text,
     Kind::Int,
@@ -139,7 +140,7 @@ const CLAIM_COLUMNS: &[Kind] = &[
     Kind::BigInt,
 ];
 const RENEW_SQL: &str =
-    "SELECT expires_at_ms, store_now_ms FROM cosid.lease_renew($1, $2, $3, $4, $5, $6)";
+    "SELECT expires_at_ms, store_now_ms FROM cosid.lease_renew($1, $2, $3, $4, $5, $6, $7)";
 const RENEW_COLUMNS: &[Kind] = &[Kind::BigInt, Kind::BigInt];
 const RELEASE_SQL: &str = "SELECT cosid.lease_release($1, $2, $3, $4, $5)";
 const RELEASE_COLUMNS: &[Kind] = &[Kind::Bool];
@@ -170,17 +171,22 @@ pub fn claim(holder: &Holder, safe_guard_ms: u64, token: u64, watermark_ms: i64)
             Param::Text(token_text(token)),
             Param::BigInt(watermark_ms),
             Param::Text(holder.layout.clone()),
+            // This version knows the outcome `settling`.
+            Param::Bool(true),
         ],
         columns: CLAIM_COLUMNS,
     }
 }
 
+/// A renewal; `holder_live` says that the holder's deadline has not passed: it is still
+/// generating under renewals some store acknowledged (see `lease_renew` in lease_store.sql).
 pub fn renew(
     holder: &Holder,
     machine_id: u32,
     token: u64,
     safe_guard_ms: u64,
     watermark_ms: i64,
+    holder_live: bool,
 ) -> Call {
     Call {
         sql: RENEW_SQL,
@@ -191,6 +197,7 @@ pub fn renew(
             Param::Text(token_text(token)),
             Param::BigInt(safe_guard_ms.min(i64::MAX as u64) as i64),
             Param::BigInt(watermark_ms),
+            Param::Bool(holder_live),
         ],
         columns: RENEW_COLUMNS,
     }
@@ -227,6 +234,10 @@ pub enum ClaimOutcome {
     Exhausted,
     /// Other claims kept changing the rows this one chose; try again.
     Contended,
+    /// The store's identity changed (a promotion, a point-in-time recovery, a restore) and it
+    /// hands out no machine id until `settles_at_ms`, by its clock: it may have forgotten
+    /// claims whose holders still generate.
+    Settling { settles_at_ms: i64 },
     /// A live lease of the namespace uses another layout (machine bits, or the rest).
     LayoutMismatch,
 }
@@ -343,6 +354,11 @@ pub fn decode_claim(
     let how = match text(&row[0], "claim outcome")? {
         "exhausted" => return Ok(ClaimOutcome::Exhausted),
         "contended" => return Ok(ClaimOutcome::Contended),
+        "settling" => {
+            return Ok(ClaimOutcome::Settling {
+                settles_at_ms: bigint(&row[3], "end of the settling")?,
+            })
+        }
         "layout" => return Ok(ClaimOutcome::LayoutMismatch),
         "busy" => {
             return Ok(ClaimOutcome::Busy {
@@ -459,8 +475,16 @@ pub trait LeaseStore {
         token: u64,
         safe_guard_ms: u64,
         watermark_ms: i64,
+        holder_live: bool,
     ) -> Result<Option<Renewed>, String> {
-        let call = renew(holder, machine_id, token, safe_guard_ms, watermark_ms);
+        let call = renew(
+            holder,
+            machine_id,
+            token,
+            safe_guard_ms,
+            watermark_ms,
+            holder_live,
+        );
         decode_renew(&self.run(&call)?).map_err(|e| e.to_string())
     }
 
@@ -536,17 +560,20 @@ mod tests {
     #[test]
     fn calls_carry_their_parameters_in_order_and_no_operator() {
         let call = claim(&holder(), 4_000, 0xab, 9_000);
-        assert_eq!(call.params.len(), 8);
+        assert_eq!(call.params.len(), 9);
+        assert_eq!(call.params[8], Param::Bool(true));
         assert_eq!(call.params[5], Param::Text("00000000000000ab".into()));
         assert_eq!(call.params[6], Param::BigInt(9_000));
-        assert_eq!(renew(&holder(), 5, 1, 4_000, 9_000).params.len(), 6);
+        let renewal = renew(&holder(), 5, 1, 4_000, 9_000, false);
+        assert_eq!(renewal.params.len(), 7);
+        assert_eq!(renewal.params[6], Param::Bool(false));
         assert_eq!(release(&holder(), 5, 1, 9_000).params.len(), 5);
         for sql in [CLAIM_SQL, RENEW_SQL, RELEASE_SQL, READINESS_SQL] {
             for operator in ['*', '+', '-', '/', '<', '>', '=', '|', '~'] {
                 assert!(!sql.contains(operator), "{sql} has {operator}");
             }
         }
-        for (sql, count) in [(CLAIM_SQL, 8), (RENEW_SQL, 6), (RELEASE_SQL, 5)] {
+        for (sql, count) in [(CLAIM_SQL, 9), (RENEW_SQL, 7), (RELEASE_SQL, 5)] {
             assert!(sql.contains(&format!("${count})")), "{sql}");
         }
     }
@@ -597,6 +624,27 @@ mod tests {
             ]];
             assert_eq!(decode_claim(&rows, 3), Ok(outcome));
         }
+        let settling = vec![vec![
+            Value::Text("settling".into()),
+            Value::Null,
+            Value::Null,
+            Value::BigInt(7_000),
+            Value::BigInt(1),
+        ]];
+        assert_eq!(
+            decode_claim(&settling, 3),
+            Ok(ClaimOutcome::Settling {
+                settles_at_ms: 7_000
+            })
+        );
+        let settling_without_end = vec![vec![
+            Value::Text("settling".into()),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::BigInt(1),
+        ]];
+        assert!(decode_claim(&settling_without_end, 3).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! the worker calls this module from that thread. Every call is bounded: a connect timeout, TCP
 //! keepalives and a TCP user timeout, a statement and lock timeout in the store's session, and a
 //! client-side timeout around every round trip, so that an unreachable or silent store never
-//! hangs the worker. A failed or timed-out connection is dropped and made again on the next call.
+//! hangs the worker. After any failed call the connection is dropped and made again on the next one.
 //! The password (in the connection string, a passfile or `PGPASSWORD`) never appears in a message:
 //! errors about the connection string name keys, never values (see `conninfo`), tokio-postgres's
 //! own parse errors are not passed on, and every store error has the password masked.
@@ -321,9 +321,9 @@ impl RemoteStore {
         match result {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(error)) => {
-                if error.is_closed() || error.as_db_error().is_none() {
-                    self.client = None;
-                }
+                // Any failure starts again on a new connection: the host may have become a
+                // standby, or another host of the string the primary.
+                self.client = None;
                 Err(describe(error))
             }
             Err(cut) => {

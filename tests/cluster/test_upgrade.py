@@ -34,9 +34,9 @@ CURRENT = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().
 SQL = ROOT / "sql"
 # The lease store's versions and update scripts, oldest first: a store is updated one version
 # at a time.
-STORE_VERSION = "0.4.0"
+STORE_VERSION = "0.5.0"
 STORE_UPDATES = [SQL / "lease_store--0.1.0--0.2.0.sql", SQL / "lease_store--0.2.0--0.3.0.sql",
-                 SQL / "lease_store--0.3.0--0.4.0.sql"]
+                 SQL / "lease_store--0.3.0--0.4.0.sql", SQL / "lease_store--0.4.0--0.5.0.sql"]
 PG_MAJOR = subprocess.check_output([PG_CONFIG, "--version"], text=True).split()[1].split(".")[0]
 
 # Everything cosid's SQL defines, one sorted line per fact, so that two databases compare
@@ -542,13 +542,32 @@ class Upgrade(ClusterTest):
         with self.assertRaises(SqlError) as refused:
             query_as(store, "watcher", "SELECT count(*) FROM cosid.leases")
         self.assertEqual(refused.exception.sqlstate, "42501")
-        update_store_from(store, STORE_UPDATES[2])
+        for update in STORE_UPDATES[2:]:
+            update_store_from(store, update)
         self.assertEqual(catalog(store, "postgres"), catalog(fresh, "postgres"))
         self.assertEqual(store.query("SELECT cosid.lease_store_version()"), STORE_VERSION)
         self.assertEqual(query_as(store, "watcher", "SELECT count(*) FROM cosid.leases"), "0")
         with self.assertRaises(SqlError) as refused:
             query_as(store, "watcher", "SELECT count(*) FROM cosid.machine_lease")
         self.assertEqual(refused.exception.sqlstate, "42501")
+
+    def test_store_of_0_4_0_updated_in_place_records_its_identity_and_does_not_settle(self):
+        # 0.5.0 records the store's identity: an update in place forgot nothing, so a server of
+        # 0.4.0 holding a lease keeps renewing and a new claim is answered at once.
+        store = self.track(start_store("upgrade-identity", 25760,
+                                       lease_sql=SQL / "lease_store--0.4.0.sql"))
+        fresh = self.track(start_store("upgrade-identity-fresh", 25765))
+        now_ms = int(time.time() * 1000)
+        claim = ("SELECT outcome FROM cosid.lease_claim('n', 2, '{0}', false, 4000, 't{0}', "
+                 f"{now_ms}, 'layout a')")
+        self.assertEqual(store.query(claim.format("first")), "new")
+        update_store_from(store, STORE_UPDATES[3])
+        self.assertEqual(catalog(store, "postgres"), catalog(fresh, "postgres"))
+        self.assertEqual(store.query("SELECT settles FROM cosid.store_identity"), "f")
+        self.assertEqual(store.query(claim.format("second")), "new")
+        self.assertEqual(store.query(
+            "SELECT count(*) FROM cosid.lease_renew('n', 0, 'first', 'tfirst', 4000, "
+            f"{now_ms})"), "1")
 
     def test_store_update_refuses_what_it_cannot_update_safely(self):
         store = self.track(start_store("upgrade-refusals", 25680,
@@ -593,7 +612,9 @@ class Upgrade(ClusterTest):
                 (STORE_UPDATES[1],
                  "this database has no cosid lease store of version 0.2.0; nothing was changed"),
                 (STORE_UPDATES[2],
-                 "this database has no cosid lease store of version 0.3.0; nothing was changed")]:
+                 "this database has no cosid lease store of version 0.3.0; nothing was changed"),
+                (STORE_UPDATES[3],
+                 "this database has no cosid lease store of version 0.4.0; nothing was changed")]:
             before = catalog(store, "postgres")
             # Without ON_ERROR_STOP psql goes on after errors: the statements after the check
             # must fail too.

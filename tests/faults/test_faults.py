@@ -25,7 +25,7 @@ import unittest
 from collections import Counter, defaultdict
 
 from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
-from helpers.faults import (FAST, LAYOUT, MACHINE_BITS, SEQUENCE_BITS, fake_clock,
+from helpers.faults import (FAST, LAYOUT, decode, fake_clock, ownership_conflicts,
                             set_clock_offset)
 from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
                            start_store)
@@ -36,7 +36,6 @@ from helpers.pgcluster import PG_BIN, SqlError, query_as, wait_for
 # Refusals a client may see: no lease for the moment (55P03), no machine id left (53400), and,
 # when a server is stopped (57P01) or killed, a lost connection.
 EXPECTED = {"55P03", "53400", "57P01", "connection"}
-EPOCH_MS = 1_577_203_200_000
 RESULTS = []
 
 
@@ -45,45 +44,12 @@ RESULTS = []
 GENERATORS = {"g_ms": ("millisecond", 1, 12), "g_js": ("safe_js", 1, 9)}
 
 
-def decode(value, machine_bits=MACHINE_BITS, sequence_bits=SEQUENCE_BITS):
-    machine = (value >> sequence_bits) & ((1 << machine_bits) - 1)
-    return machine, (value >> (sequence_bits + machine_bits)) + EPOCH_MS
-
-
 def decoder(generator):
     """decode() for the default generator (None) or a named one of GENERATORS."""
     if generator is None:
         return decode
     _, machine_bits, sequence_bits = GENERATORS[generator]
     return lambda value: decode(value, machine_bits, sequence_bits)
-
-
-def ownership_conflicts(sessions_by_server, decode=decode):
-    """Pairs of servers whose ids with one machine id overlap in time."""
-    windows = defaultdict(list)
-    for server, sessions in sessions_by_server.items():
-        # A server can hold a machine id several times; each session is one stretch.
-        for session in sessions:
-            for machine, group in _by_machine(session.ids, decode).items():
-                windows[machine].append((min(group), max(group), server))
-    conflicts = 0
-    for machine, spans in windows.items():
-        spans.sort()
-        for i, (start, end, server) in enumerate(spans):
-            for other_start, _, other_server in spans[i + 1:]:
-                if other_start > end:
-                    break
-                if other_server != server:
-                    conflicts += 1
-    return conflicts
-
-
-def _by_machine(ids, decode=decode):
-    groups = defaultdict(list)
-    for value in ids:
-        machine, ts = decode(value)
-        groups[machine].append(ts)
-    return groups
 
 
 class Faults(unittest.TestCase):

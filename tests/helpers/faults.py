@@ -3,6 +3,7 @@ other's machine ids over), its lease timings, and the clock faker (fakeclock.c).
 
 import os
 import subprocess
+from collections import defaultdict
 
 from .pgcluster import ROOT, chown_to_postgres, exclusive
 
@@ -12,6 +13,8 @@ LAYOUT = {"cosid.timestamp_bits": 41, "cosid.machine_bits": MACHINE_BITS,
           "cosid.sequence_bits": SEQUENCE_BITS}
 FAST = {"cosid.safe_guard_duration": "'4s'", "cosid.guarder_delay": "'500ms'",
         "cosid.guarder_initial_delay": "'500ms'"}
+
+EPOCH_MS = 1_577_203_200_000
 
 FAKE_CLOCK_SOURCE = ROOT / "tests" / "helpers" / "fakeclock.c"
 
@@ -52,3 +55,38 @@ def set_clock_offset(offset_file, offset_s):
     """Moves the wall clock of the servers on offset_file to real time + offset_s."""
     offset_file.write_text(f"{offset_s:+.3f}\n")
     chown_to_postgres(offset_file)
+
+
+# The oracles over the ids of a fleet of this layout.
+
+def decode(value, machine_bits=MACHINE_BITS, sequence_bits=SEQUENCE_BITS):
+    machine = (value >> sequence_bits) & ((1 << machine_bits) - 1)
+    return machine, (value >> (sequence_bits + machine_bits)) + EPOCH_MS
+
+
+def ownership_conflicts(sessions_by_server, decode=decode):
+    """Pairs of servers whose ids with one machine id overlap in time."""
+    windows = defaultdict(list)
+    for server, sessions in sessions_by_server.items():
+        # A server can hold a machine id several times; each session is one stretch.
+        for session in sessions:
+            for machine, group in _by_machine(session.ids, decode).items():
+                windows[machine].append((min(group), max(group), server))
+    conflicts = 0
+    for machine, spans in windows.items():
+        spans.sort()
+        for i, (start, end, server) in enumerate(spans):
+            for other_start, _, other_server in spans[i + 1:]:
+                if other_start > end:
+                    break
+                if other_server != server:
+                    conflicts += 1
+    return conflicts
+
+
+def _by_machine(ids, decode=decode):
+    groups = defaultdict(list)
+    for value in ids:
+        machine, ts = decode(value)
+        groups[machine].append(ts)
+    return groups

@@ -27,7 +27,11 @@
 //!   given back as it was, since nothing was issued under it.
 //! - Each claim or renewal moves the generator's deadline to `sent + usable` and raises its tick
 //!   bound to the watermark written; a renewal the store no longer matches closes the generator at
-//!   once, fail-fast or not.
+//!   once, fail-fast or not. A renewal that failed is tried again within a second, so that a lost
+//!   lease is known, and a lapsed one restored, soon after the store is back.
+//! - A renewal says whether the holder is still generating (its deadline has not passed): a store
+//!   settling after its identity changed renews only such a holder's lease, and a claim there
+//!   waits until it settled.
 //! - At shutdown the generator is closed first, then the machine id released with the exact last
 //!   timestamp issued.
 
@@ -84,6 +88,9 @@ pub const SHUTDOWN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Without a lease, claims are tried again this often.
 pub const CLAIM_RETRY_MS: u64 = 1_000;
+
+/// A failed renewal is tried again this soon (or at the next renewal, if that is sooner).
+pub const RENEWAL_RETRY_MS: u64 = 1_000;
 
 /// A machine id and the token of the claim that took it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -616,6 +623,13 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 LeaseProblem::StoreError,
                 "claiming a machine id failed: other claims kept changing the lease table; trying again".to_string(),
             ),
+            ClaimOutcome::Settling { settles_at_ms } => (
+                LeaseProblem::StoreSettling,
+                format!(
+                    "the lease store's identity changed (a promoted standby, a point-in-time recovery or a restore), and it may have forgotten claims it acknowledged: it hands out no machine id in namespace \"{namespace}\" until {} (a whole safe guard after the change was first seen), while the holders whose claims it kept go on; claiming again until then",
+                    format_unix_ms(settles_at_ms)
+                ),
+            ),
             ClaimOutcome::LayoutMismatch => (
                 LeaseProblem::LayoutMismatch,
                 format!(
@@ -675,6 +689,9 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         let sent_ms = self.env.monotonic_ms();
         self.next_renewal_ms = sent_ms + timing.guarder_delay_ms;
         let watermark_ms = timing.watermark_ms(self.env.unix_ms());
+        // Still generating under renewals some store acknowledged: a store that settles after
+        // a failover renews such a lease even where its copy shows it expired.
+        let holder_live = self.generator.is_open() && sent_ms < self.generator.deadline_ms();
         self.arm_store_timeout();
         let renewed = self.store.renew(
             &self.holder,
@@ -682,6 +699,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             held.token,
             timing.safe_guard_ms,
             watermark_ms,
+            holder_live,
         );
         let namespace = &self.holder.namespace;
         let machine_id = held.machine_id;
@@ -713,8 +731,11 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 self.set_problem(LeaseState::Lost, LeaseProblem::Lost, text);
             }
             Err(why) => {
+                // Tried again soon (the store makes a new connection), not a whole period
+                // later: the lease may be lost, and the store back within a second.
+                self.next_renewal_ms = sent_ms + RENEWAL_RETRY_MS.min(timing.guarder_delay_ms);
                 let text = format!(
-                    "renewing the lease of machine id {machine_id} in namespace \"{namespace}\" failed: {why}"
+                    "renewing the lease of machine id {machine_id} in namespace \"{namespace}\" failed: {why}; trying again"
                 );
                 self.set_problem(LeaseState::Down, LeaseProblem::StoreError, text);
             }
@@ -1385,7 +1406,7 @@ mod tests {
         assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
         assert_eq!(
             shared.status.last_error.load(),
-            "renewing the lease of machine id 5 in namespace \"orders\" failed: the lease store did not answer in time"
+            "renewing the lease of machine id 5 in namespace \"orders\" failed: the lease store did not answer in time; trying again"
         );
         // Still open, until the claim's own deadline.
         assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 3_600);
@@ -1408,6 +1429,90 @@ mod tests {
             last_log(&session),
             "cosid: lease of machine id 5 in namespace \"orders\" renewed"
         );
+    }
+
+    #[test]
+    fn a_failed_renewal_is_tried_again_within_a_second_whatever_the_period() {
+        let shared = Shared::new();
+        let mut store = store_with_claims([claimed("new", 5, 0)]);
+        store.renewals = VecDeque::from([Err("connection closed".into()), Ok(vec![])]);
+        let slow = LeaseTiming {
+            safe_guard_ms: 20_000,
+            guarder_delay_ms: 5_000,
+            guarder_initial_delay_ms: 5_000,
+        };
+        let mut session = shared.session_with(store, ScriptedEnv::default(), holder(false), slow);
+        session.step();
+        session.env.advance(5_000);
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Down);
+        let failed_at = START_MONO_MS + 5_000;
+        assert_eq!(session.next_wake_ms(), failed_at + RENEWAL_RETRY_MS);
+        // The store is back and no longer shows the claim: the holder knows a second later.
+        session.env.advance(RENEWAL_RETRY_MS);
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Lost);
+        assert!(!shared.generator.is_open());
+    }
+
+    #[test]
+    fn a_renewal_says_whether_the_holder_is_still_generating() {
+        let shared = Shared::new();
+        let mut store = store_with_claims([claimed("new", 5, 0)]);
+        store.renewals = VecDeque::from([
+            Ok(renewed(5_000)),
+            Err("the lease store did not answer in time".into()),
+            Err("the lease store did not answer in time".into()),
+            Err("the lease store did not answer in time".into()),
+            Err("the lease store did not answer in time".into()),
+            Ok(vec![]),
+        ]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        for _ in 0..6 {
+            session.env.advance(1_000);
+            session.step();
+        }
+        let live: Vec<_> = session
+            .store
+            .calls_of("lease_renew")
+            .iter()
+            .map(|call| call.params[6].clone())
+            .collect();
+        // Renewed at 1 s (deadline 1 s + 3.6 s); the renewals at 2 to 4 s fail while the
+        // generator still runs; at 5 s its deadline (4.6 s) has passed.
+        let bools: Vec<_> = [true, true, true, true, false, false]
+            .into_iter()
+            .map(crate::protocol::Param::Bool)
+            .collect();
+        assert_eq!(live, bools);
+    }
+
+    #[test]
+    fn a_settling_store_is_waited_out_and_says_until_when() {
+        let shared = Shared::new();
+        let settles_at = START_WALL_MS + 6_000;
+        let settling = Ok(vec![vec![
+            Value::Text("settling".into()),
+            Value::Null,
+            Value::Null,
+            Value::BigInt(settles_at),
+            Value::BigInt(START_WALL_MS),
+        ]]);
+        let store = store_with_claims([settling, claimed("expired", 3, 0)]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Claiming);
+        assert_eq!(shared.status.problem(), LeaseProblem::StoreSettling);
+        assert!(!shared.generator.is_open());
+        let text = shared.status.last_error.load();
+        assert!(text.contains("identity changed"), "{text}");
+        assert!(text.contains(&format_unix_ms(settles_at)), "{text}");
+        assert_eq!(session.next_wake_ms(), START_MONO_MS + CLAIM_RETRY_MS);
+        session.env.advance(CLAIM_RETRY_MS);
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Up);
+        assert_eq!(session.store.calls_of("lease_claim").len(), 2);
     }
 
     #[test]

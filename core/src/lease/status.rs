@@ -88,6 +88,8 @@ pub enum LeaseProblem {
     OwnLeaseLive = 9,
     /// The local state file cannot be read exactly: its floor is unknown.
     StateFile = 10,
+    /// The store's identity changed: it hands out no machine id until it settled.
+    StoreSettling = 11,
 }
 
 impl LeaseProblem {
@@ -111,6 +113,9 @@ impl LeaseProblem {
             LeaseProblem::StateFile => {
                 "the local state file cannot be used (its error is shown to superusers only)"
             }
+            LeaseProblem::StoreSettling => {
+                "the lease store changed identity (failover, recovery or restore) and is settling"
+            }
         }
     }
 
@@ -126,6 +131,7 @@ impl LeaseProblem {
             8 => LeaseProblem::ShuttingDown,
             9 => LeaseProblem::OwnLeaseLive,
             10 => LeaseProblem::StateFile,
+            11 => LeaseProblem::StoreSettling,
             _ => LeaseProblem::None,
         }
     }

@@ -1,0 +1,547 @@
+-- cosid 0.4.0 to 0.5.0: ALTER EXTENSION cosid UPDATE, before or after the server was restarted
+-- with the library of 0.5.0 (see docs/upgrading.md): the library of 0.4.0 keeps working with
+-- it, and the library of 0.5.0 claims nothing until it ran.
+\echo Use "ALTER EXTENSION cosid UPDATE" to load this file. \quit
+
+-- <lease store>: the statements of lease_store--0.4.0--0.5.0.sql, word for word (an update
+-- script cannot include a file; a test compares the two).
+-- Updates a cosid lease store from version 0.4.0 to 0.5.0, while it is in use. For a shared
+-- store of a fleet run it with
+--   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.4.0--0.5.0.sql
+-- ALTER EXTENSION cosid UPDATE runs the same statements for the store inside the extension.
+--
+-- What changes: the store records its identity (system identifier, timeline, database), and
+-- after it changes (a promoted standby, a point-in-time recovery, a restore elsewhere) hands out
+-- no machine id as released, new or expired until a whole safe guard has passed, since it may
+-- have forgotten claims, renewals and releases it acknowledged (cosid.store_settles_at()). The
+-- identity it has now is recorded as settled: an update in place forgets nothing. Servers of
+-- 0.5.0 claim and renew through the new forms (lease_claim with p_knows_settling, lease_renew
+-- with p_holder_live) and need this store; servers of 0.1.0 to 0.4.0 keep claiming, renewing
+-- and releasing through the old forms, which follow the same rule. Everything it creates is
+-- what lease_store.sql of 0.5.0 creates, in the same words.
+
+-- Checks before anything changes, with search_path pinned (see lease_store.sql); the path is
+-- restored for the statements after it.
+DO $update$
+DECLARE
+    v_path         text := pg_catalog.current_setting('search_path');
+    v_in_extension boolean;
+    v_found        text;
+    v_refused      text;
+    v_owner        text;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Everything the update creates belongs to the role that runs it, so only the owner of
+    -- schema cosid may: another role (a second superuser, say) would own part of it, and could
+    -- keep that part after losing its superuser.
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace n
+     WHERE n.nspname = 'cosid'
+       AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = current_user);
+    IF v_owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema cosid exists and belongs to another role'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Schema cosid belongs to role %s. Its owner could replace the lease table and the protocol''s functions, and what the update creates belongs to the role that runs it.', v_owner),
+                  HINT = pg_catalog.format('Update as role %1$s: SET ROLE %1$s; then run the update again.', pg_catalog.quote_ident(v_owner));
+    END IF;
+    -- Only the update script of the extension may call pg_extension_config_dump().
+    BEGIN
+        PERFORM pg_catalog.pg_extension_config_dump('cosid.machine_lease', '');
+        v_in_extension := true;
+    EXCEPTION WHEN OTHERS THEN
+        v_in_extension := false;
+    END;
+    -- The version is read, never run.
+    SELECT pg_catalog.substring(p.prosrc, '''([0-9.]+)''') INTO v_found
+      FROM pg_catalog.pg_proc p
+     WHERE p.oid = pg_catalog.to_regprocedure('cosid.lease_store_version()');
+    -- Only a store of version 0.4.0 is updated, in one transaction, and a store of the
+    -- extension only by ALTER EXTENSION. Anything else is left alone: this transaction and the
+    -- rest of the session are made read-only, so that the statements after this one fail too.
+    v_refused := CASE
+        WHEN pg_catalog.to_regclass('cosid.machine_lease') IS NULL
+             OR v_found IS DISTINCT FROM '0.4.0'
+            THEN 'this database has no cosid lease store of version 0.4.0'
+        WHEN NOT v_in_extension AND EXISTS (
+                SELECT FROM pg_catalog.pg_depend d
+                 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                   AND d.objid = pg_catalog.to_regclass('cosid.machine_lease')
+                   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                   AND d.deptype = 'e')
+            THEN 'this lease store belongs to the extension cosid: update it with ALTER EXTENSION cosid UPDATE'
+        WHEN NOT v_in_extension AND pg_catalog.now() = pg_catalog.statement_timestamp()
+            THEN 'this update must run in one transaction'
+    END;
+    IF v_refused IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+        PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        RAISE WARNING '%; nothing was changed', v_refused
+            USING DETAIL = 'This file updates a lease store of version 0.4.0 (see cosid.lease_store_version()) to 0.5.0. The rest of this session is read-only.',
+                  HINT = 'Run it with psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.4.0--0.5.0.sql.';
+        RETURN;
+    END IF;
+    -- Claims queue behind the update for a few seconds at most.
+    PERFORM pg_catalog.set_config('lock_timeout', '3s', true);
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END
+$update$;
+
+-- The identity of the store the leases were last written in, and since when: a promoted
+-- standby, a point-in-time recovery and a restore into another cluster or database each give
+-- the store another identity, and each may have lost writes whose commit the holders were
+-- told of. settles says whether the change must be waited out (not at a first install).
+CREATE TABLE cosid.store_identity (
+    only_row boolean     PRIMARY KEY DEFAULT true CHECK (only_row),
+    identity text        NOT NULL,
+    seen_at  timestamptz NOT NULL,
+    settles  boolean     NOT NULL
+);
+
+COMMENT ON TABLE cosid.store_identity IS
+    'The identity of the database cosid''s leases were last written in (system identifier, timeline, database), and when it was first seen.';
+
+-- This database's identity now: the cluster's system identifier (a new one in another
+-- cluster), the timeline WAL is written on (a new one at every promotion and point-in-time
+-- recovery) and the database's oid (a new one in every restore into a new database).
+CREATE FUNCTION cosid.store_identity_now()
+RETURNS text
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT format('system %s, timeline %s, database %s',
+              (SELECT s.system_identifier FROM pg_control_system() s),
+              ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,
+              (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()))
+$$;
+
+-- Until when this store must not hand out a machine id as released, new or expired: NULL while
+-- it is the store the leases were written in. The first protocol call that finds another
+-- identity than the one recorded (or none, over lease rows written before) records it with
+-- the time; the store settles a whole safe guard later, the longest any row records or the
+-- caller's: a holder whose claim, renewal or release the store forgot stops generating within
+-- its safe guard of its last write, which was before the change was seen (Chubby's lock
+-- delay). Every claim after it also waits for that time, so that a new holder's timestamps
+-- are above what such a holder issued.
+CREATE FUNCTION cosid.store_settles_at(p_safe_guard_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_identity text := cosid.store_identity_now();
+    v_row      cosid.store_identity;
+BEGIN
+    SELECT * INTO v_row FROM cosid.store_identity i;
+    IF v_row.identity IS DISTINCT FROM v_identity THEN
+        INSERT INTO cosid.store_identity AS i (identity, seen_at, settles)
+        VALUES (v_identity, clock_timestamp(), EXISTS (SELECT FROM cosid.machine_lease))
+        ON CONFLICT (only_row) DO UPDATE
+           SET identity = EXCLUDED.identity, seen_at = EXCLUDED.seen_at, settles = true
+         WHERE i.identity <> EXCLUDED.identity;
+        SELECT * INTO v_row FROM cosid.store_identity i;
+    END IF;
+    -- A safe guard is at most a day.
+    IF NOT v_row.settles OR v_row.seen_at < clock_timestamp() - interval '1 day' THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_row.seen_at + greatest((SELECT max(l.safe_guard) FROM cosid.machine_lease l),
+                                    greatest(p_safe_guard_ms, 1) * interval '1 millisecond');
+END
+$$;
+
+-- This store, updated in place, forgot nothing.
+INSERT INTO cosid.store_identity (identity, seen_at, settles)
+    SELECT cosid.store_identity_now(), pg_catalog.clock_timestamp(), false;
+
+-- Claims a machine id for an instance, in CosId's order: the lease it already holds, a released
+-- one, a never-used one, then an expired one; released and expired ones whose watermark is
+-- ahead of the claimer's clock (p_watermark_ms - p_safe_guard_ms) come last, so that one
+-- machine id poisoned by a clock far ahead does not block a namespace with free ones. Stable
+-- instances never take an expired lease, and nobody takes theirs. Claims of one namespace are
+-- serialised, so concurrent claimers get distinct machine ids. Returns one row; outcome is
+-- 'own', 'released', 'new' or 'expired' with the machine id and the watermark the claimer must
+-- wait for; 'busy' when this instance's own lease is still live under another claim (after a
+-- crash, or because another process uses the same instance id): it may be taken only once it
+-- has expired, at expires_at_ms; 'exhausted', 'layout' (the namespace's rows, held or not,
+-- have another id layout: epoch, time unit and widths; or a live lease has other machine bits),
+-- or 'contended' (other writers kept changing the chosen rows: try
+-- again); 'settling' (with p_knows_settling; 'contended' without) while the store settles
+-- after its identity changed (see cosid.store_settles_at()), until expires_at_ms: only the
+-- same claim again is answered meanwhile. Times are Unix milliseconds. Call it in a READ
+-- COMMITTED transaction, so that it sees what the claims it waited for committed.
+CREATE FUNCTION cosid.lease_claim(
+    p_namespace       text,
+    p_machine_bits    integer,
+    p_instance_id     text,
+    p_stable          boolean,
+    p_safe_guard_ms   bigint,
+    p_claim_token     text,
+    p_watermark_ms    bigint,
+    p_layout          text,
+    p_knows_settling  boolean)
+RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now      timestamptz;
+    v_settles  timestamptz;
+    v_settling boolean;
+    v_settled_ms bigint;
+    v_max      integer;
+    v_clock_ms bigint := p_watermark_ms - p_safe_guard_ms;
+    v_lease    cosid.machine_lease;
+    v_outcome  text;
+    v_taken    integer;
+    v_expires  timestamptz;
+    v_previous bigint;
+BEGIN
+    IF p_namespace IS NULL OR p_namespace = '' OR p_instance_id IS NULL OR p_instance_id = ''
+       OR p_claim_token IS NULL OR p_claim_token = '' OR p_stable IS NULL
+       OR p_machine_bits IS NULL OR p_machine_bits < 0 OR p_machine_bits > 31
+       OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_safe_guard_ms > 86400000
+       OR p_watermark_ms IS NULL OR p_layout IS NULL OR p_knows_settling IS NULL
+       OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
+        RAISE EXCEPTION 'invalid arguments to cosid.lease_claim'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'The namespace, instance id and claim token must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark at most the safe guard and an hour ahead of the store''s clock.';
+    END IF;
+    v_max := ((1::bigint << p_machine_bits) - 1)::integer;
+    INSERT INTO cosid.lease_namespace AS n (namespace) VALUES (p_namespace)
+        ON CONFLICT DO NOTHING;
+    -- Serialises claims where it can; a lock somebody keeps (a holder's open transaction) is
+    -- skipped, since the conditional writes below keep racing claims apart on their own.
+    PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE SKIP LOCKED;
+    v_settles := cosid.store_settles_at(p_safe_guard_ms);
+    v_now := clock_timestamp();
+    v_settling := coalesce(v_settles > v_now, false);
+    v_settled_ms := coalesce(cosid.unix_ms(v_settles), 0);
+    v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
+
+    -- Servers of one namespace must share a layout: ids of two layouts can coincide. A
+    -- namespace keeps the layout of its rows for as long as they exist, held or not: a
+    -- watermark compares instants, and two layouts give the same id to different instants.
+    IF EXISTS (SELECT FROM cosid.machine_lease l
+                WHERE l.namespace = p_namespace
+                  AND ((l.layout <> '' AND p_layout <> '' AND l.layout <> p_layout)
+                       OR (l.machine_bits <> p_machine_bits
+                           AND l.state = 'claimed' AND (l.stable OR l.expires_at > v_now)))) THEN
+        RETURN QUERY SELECT 'layout'::text, NULL::integer, NULL::bigint, NULL::bigint,
+                            cosid.unix_ms(v_now);
+        RETURN;
+    END IF;
+
+    FOR attempt IN 1..16 LOOP
+        v_lease := NULL;
+        -- Its own lease, unless it is a non-stable one it gave back with a watermark ahead of
+        -- its clock: that one comes last, as anybody's.
+        -- While the store settles, only the same claim again (its answer was lost), live.
+        SELECT * INTO v_lease FROM cosid.machine_lease l
+         WHERE l.namespace = p_namespace AND l.instance_id = p_instance_id
+           AND l.machine_id <= v_max
+           AND NOT (l.state = 'released' AND NOT l.stable
+                    AND cosid.lease_next_floor_ms(l) > v_clock_ms)
+           AND (NOT v_settling OR (l.state = 'claimed' AND l.claim_token = p_claim_token
+                                   AND l.expires_at > v_now))
+         ORDER BY l.machine_id LIMIT 1;
+        v_outcome := 'own';
+        IF v_settling AND v_lease.machine_id IS NULL THEN
+            RETURN QUERY SELECT CASE WHEN p_knows_settling THEN 'settling' ELSE 'contended' END,
+                                NULL::integer, NULL::bigint, cosid.unix_ms(v_settles),
+                                cosid.unix_ms(v_now);
+            RETURN;
+        END IF;
+        IF v_lease.machine_id IS NOT NULL AND v_lease.state = 'claimed'
+           AND v_lease.expires_at > v_now AND v_lease.claim_token <> p_claim_token THEN
+            -- Whoever made that claim may still be generating until it expires.
+            RETURN QUERY SELECT 'busy'::text, v_lease.machine_id, v_lease.watermark_ms,
+                                cosid.unix_ms(v_lease.expires_at), cosid.unix_ms(v_now);
+            RETURN;
+        END IF;
+        IF v_lease.machine_id IS NULL THEN
+            SELECT * INTO v_lease FROM cosid.machine_lease l
+             WHERE l.namespace = p_namespace AND l.state = 'released' AND NOT l.stable
+               AND l.machine_id <= v_max AND cosid.lease_next_floor_ms(l) <= v_clock_ms
+             ORDER BY l.machine_id LIMIT 1;
+            v_outcome := 'released';
+        END IF;
+        IF v_lease.machine_id IS NULL THEN
+            SELECT CASE
+                     WHEN NOT EXISTS (SELECT FROM cosid.machine_lease l
+                                       WHERE l.namespace = p_namespace AND l.machine_id = 0)
+                     THEN 0
+                     ELSE (SELECT min(l.machine_id) + 1 FROM cosid.machine_lease l
+                            WHERE l.namespace = p_namespace AND l.machine_id < v_max
+                              AND NOT EXISTS (SELECT FROM cosid.machine_lease n
+                                               WHERE n.namespace = p_namespace
+                                                 AND n.machine_id = l.machine_id + 1))
+                   END
+              INTO v_taken;
+            IF v_taken IS NOT NULL AND v_taken <= v_max THEN
+                -- Never seen: nothing was issued under it, since no row can vanish.
+                INSERT INTO cosid.machine_lease
+                    (namespace, machine_id, machine_bits, layout, instance_id, claim_token,
+                     stable, state, claimed_at, renewed_at, expires_at, safe_guard,
+                     watermark_ms, claim_floor_ms)
+                VALUES (p_namespace, v_taken, p_machine_bits, p_layout, p_instance_id,
+                        p_claim_token, p_stable, 'claimed', v_now, v_now, v_expires,
+                        p_safe_guard_ms * interval '1 millisecond', p_watermark_ms,
+                        v_settled_ms)
+                ON CONFLICT DO NOTHING;
+                IF FOUND THEN
+                    RETURN QUERY SELECT 'new'::text, v_taken, v_settled_ms,
+                                        cosid.unix_ms(v_expires), cosid.unix_ms(v_now);
+                    RETURN;
+                END IF;
+                CONTINUE;
+            END IF;
+        END IF;
+        IF v_lease.machine_id IS NULL AND NOT p_stable THEN
+            SELECT * INTO v_lease FROM cosid.machine_lease l
+             WHERE l.namespace = p_namespace AND l.state = 'claimed' AND NOT l.stable
+               AND l.expires_at < v_now AND l.machine_id <= v_max
+             ORDER BY cosid.lease_next_floor_ms(l) > v_clock_ms, l.expires_at, l.machine_id
+             LIMIT 1;
+            v_outcome := 'expired';
+        END IF;
+        IF v_lease.machine_id IS NULL AND NOT p_stable THEN
+            -- Only machine ids whose watermark is ahead of the claimer's clock are left: the
+            -- nearest one, which the claimer waits for or gives back.
+            SELECT * INTO v_lease FROM cosid.machine_lease l
+             WHERE l.namespace = p_namespace AND l.state = 'released' AND NOT l.stable
+               AND l.machine_id <= v_max
+             ORDER BY cosid.lease_next_floor_ms(l), l.machine_id LIMIT 1;
+            v_outcome := 'released';
+        END IF;
+        IF v_lease.machine_id IS NULL THEN
+            RETURN QUERY SELECT 'exhausted'::text, NULL::integer, NULL::bigint, NULL::bigint,
+                                cosid.unix_ms(v_now);
+            RETURN;
+        END IF;
+
+        -- Take the row only if it is still the one we chose: a renewal that committed meanwhile
+        -- changed it, and then we choose again.
+        -- The same claim again (its answer was lost) waits for what the claim found, not for
+        -- the bound it wrote itself.
+        -- After the store's identity changed, what a forgotten holder issued is below the time
+        -- the store settled.
+        IF v_lease.state = 'claimed' AND v_lease.claim_token = p_claim_token THEN
+            v_previous := v_lease.claim_floor_ms;
+        ELSE
+            v_previous := greatest(cosid.lease_next_floor_ms(v_lease), v_settled_ms);
+        END IF;
+        UPDATE cosid.machine_lease l
+           SET machine_bits = p_machine_bits, layout = p_layout, instance_id = p_instance_id,
+               claim_token = p_claim_token, stable = p_stable, state = 'claimed',
+               claimed_at = v_now, renewed_at = v_now, expires_at = v_expires,
+               safe_guard = p_safe_guard_ms * interval '1 millisecond',
+               watermark_ms = greatest(l.watermark_ms, p_watermark_ms),
+               claim_floor_ms = v_previous, released_ms = NULL
+         WHERE l.namespace = p_namespace AND l.machine_id = v_lease.machine_id
+           AND l.claim_token = v_lease.claim_token AND l.state = v_lease.state
+           AND l.expires_at = v_lease.expires_at;
+        IF FOUND THEN
+            RETURN QUERY SELECT v_outcome, v_lease.machine_id, v_previous,
+                                cosid.unix_ms(v_expires), cosid.unix_ms(v_now);
+            RETURN;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT 'contended'::text, NULL::integer, NULL::bigint, NULL::bigint,
+                        cosid.unix_ms(v_now);
+END
+$$;
+
+-- The claim as servers of cosid 0.2.0 to 0.4.0 call it, so that a store can be updated while
+-- they still run: the same claim, answering 'contended' (try again) while the store settles.
+CREATE OR REPLACE FUNCTION cosid.lease_claim(
+    p_namespace     text,
+    p_machine_bits  integer,
+    p_instance_id   text,
+    p_stable        boolean,
+    p_safe_guard_ms bigint,
+    p_claim_token   text,
+    p_watermark_ms  bigint,
+    p_layout        text)
+RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.outcome, c.machine_id, c.previous_watermark_ms, c.expires_at_ms, c.store_now_ms
+      FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,
+                             p_safe_guard_ms, p_claim_token, p_watermark_ms, p_layout,
+                             false) c
+$$;
+
+-- The claim as servers of cosid 0.1.0 call it (no layout, times as timestamptz), so that a store
+-- can be updated while they still run: the same claim, with the layout not compared.
+CREATE OR REPLACE FUNCTION cosid.lease_claim(
+    p_namespace     text,
+    p_machine_bits  integer,
+    p_instance_id   text,
+    p_stable        boolean,
+    p_safe_guard_ms bigint,
+    p_claim_token   text,
+    p_watermark_ms  bigint)
+RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
+               expires_at timestamptz, store_now timestamptz,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- 0.1.0 knows a layout mismatch as 'machine_bits' (and would take any unknown outcome for
+    -- a claim).
+    SELECT CASE c.outcome WHEN 'layout' THEN 'machine_bits' ELSE c.outcome END,
+           c.machine_id, c.previous_watermark_ms,
+           to_timestamp(c.expires_at_ms / 1000.0), to_timestamp(c.store_now_ms / 1000.0),
+           c.expires_at_ms, c.store_now_ms
+      FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,
+                             p_safe_guard_ms, p_claim_token, p_watermark_ms, ''::text,
+                             false) c
+$$;
+
+-- Renews a lease held by this instance and claim token, and raises its watermark. No row means
+-- the lease is lost: somebody else holds the machine id now. While the store settles after its
+-- identity changed (see cosid.store_settles_at()), a lease it shows expired is renewed only for
+-- a holder that says it is still generating (p_holder_live: its own deadline, from renewals
+-- some store acknowledged, has not passed), since nobody else could take the machine id
+-- meanwhile; a holder that stopped may have been followed by one the store forgot. Times come
+-- as timestamptz (for servers of cosid 0.1.0) and as Unix milliseconds.
+CREATE FUNCTION cosid.lease_renew(
+    p_namespace     text,
+    p_machine_id    integer,
+    p_instance_id   text,
+    p_claim_token   text,
+    p_safe_guard_ms bigint,
+    p_watermark_ms  bigint,
+    p_holder_live   boolean)
+RETURNS TABLE (expires_at timestamptz, store_now timestamptz,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_settles timestamptz := cosid.store_settles_at(p_safe_guard_ms);
+BEGIN
+    RETURN QUERY
+    UPDATE cosid.machine_lease l
+       SET renewed_at = clock_timestamp(),
+           expires_at = clock_timestamp() + greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
+           safe_guard = greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
+           watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
+     WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
+       AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
+       AND l.state = 'claimed' AND p_safe_guard_ms <= 86400000
+       AND p_watermark_ms <= cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000
+       AND (v_settles IS NULL OR v_settles <= clock_timestamp()
+            OR coalesce(p_holder_live, l.expires_at > clock_timestamp()))
+    RETURNING l.expires_at, l.renewed_at, cosid.unix_ms(l.expires_at),
+              cosid.unix_ms(l.renewed_at);
+END
+$$;
+
+-- The renewal as servers of cosid 0.1.0 to 0.4.0 call it: while the store settles, only a lease
+-- it shows live is renewed.
+CREATE OR REPLACE FUNCTION cosid.lease_renew(
+    p_namespace     text,
+    p_machine_id    integer,
+    p_instance_id   text,
+    p_claim_token   text,
+    p_safe_guard_ms bigint,
+    p_watermark_ms  bigint)
+RETURNS TABLE (expires_at timestamptz, store_now timestamptz,
+               expires_at_ms bigint, store_now_ms bigint)
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.expires_at, r.store_now, r.expires_at_ms, r.store_now_ms
+      FROM cosid.lease_renew(p_namespace, p_machine_id, p_instance_id, p_claim_token,
+                             p_safe_guard_ms, p_watermark_ms, NULL::boolean) r
+$$;
+
+-- Retires a machine id (or, without one, a whole namespace) that is no longer used: its row is
+-- deleted, and the machine id counts as never used again. Refused while a lease is held, and
+-- while the watermark the next holder would wait for is less than a minute in the past by the
+-- store's clock, since a claimer of a never-used machine id waits for nothing. Returns the number
+-- of rows retired. Superusers only.
+CREATE OR REPLACE FUNCTION cosid.lease_retire(p_namespace text, p_machine_id integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now     timestamptz;
+    v_settles timestamptz;
+    v_lease   cosid.machine_lease;
+    v_count   integer;
+BEGIN
+    PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE;
+    v_settles := cosid.store_settles_at(1);
+    v_now := clock_timestamp();
+    IF v_settles > v_now THEN
+        RAISE EXCEPTION 'the lease store is settling after its identity changed'
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = format('This database was first seen as %s at %s (a promotion, a point-in-time recovery or a restore), and may have forgotten leases; it settles at %s.', (SELECT i.identity FROM cosid.store_identity i), (SELECT i.seen_at FROM cosid.store_identity i), v_settles),
+                  HINT = 'Retire it once the store has settled.';
+    END IF;
+    FOR v_lease IN SELECT * FROM cosid.machine_lease l
+                    WHERE l.namespace = p_namespace
+                      AND (p_machine_id IS NULL OR l.machine_id = p_machine_id)
+                    ORDER BY l.machine_id FOR UPDATE
+    LOOP
+        IF v_lease.state = 'claimed' AND v_lease.expires_at > v_now THEN
+            RAISE EXCEPTION 'machine id % of namespace "%" is held', v_lease.machine_id, p_namespace
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = format('It is leased to "%s" until %s.', v_lease.instance_id, v_lease.expires_at),
+                      HINT = 'Stop the server that holds it (it releases it at shutdown), or wait until its lease expires.';
+        END IF;
+        IF cosid.lease_next_floor_ms(v_lease) > cosid.unix_ms(v_now) - 60000 THEN
+            RAISE EXCEPTION 'machine id % of namespace "%" may have issued ids until %', v_lease.machine_id, p_namespace, to_timestamp(cosid.lease_next_floor_ms(v_lease) / 1000.0)
+                USING ERRCODE = 'object_in_use',
+                      DETAIL = 'A retired machine id counts as never used, and its next holder would not wait for that watermark.',
+                      HINT = 'Retire it once its watermark is more than a minute in the past.';
+        END IF;
+    END LOOP;
+    PERFORM set_config('cosid_lease.retiring', 'on', true);
+    DELETE FROM cosid.machine_lease l
+     WHERE l.namespace = p_namespace AND (p_machine_id IS NULL OR l.machine_id = p_machine_id);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    PERFORM set_config('cosid_lease.retiring', 'off', true);
+    IF p_machine_id IS NULL THEN
+        DELETE FROM cosid.lease_namespace n WHERE n.namespace = p_namespace;
+    END IF;
+    RETURN v_count;
+END
+$$;
+
+-- Which version of this file the store is: the update scripts check it.
+CREATE OR REPLACE FUNCTION cosid.lease_store_version()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT '0.5.0'::text $$;
+
+ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) OWNER TO cosid_lease_owner;
+
+REVOKE ALL ON TABLE cosid.store_identity FROM PUBLIC;
+REVOKE ALL ON FUNCTION cosid.store_identity_now(), cosid.store_settles_at(bigint),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) TO cosid_lease_holder;
+-- </lease store>
