@@ -545,3 +545,11 @@ GRANT EXECUTE ON FUNCTION
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) TO cosid_lease_holder;
 -- </lease store>
+
+-- The catalog comments of the store's new and changed functions (see src/sql/comments.rs).
+COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) IS 'Lease protocol: claims a machine id of a namespace for a holder, which then waits for the returned watermark; answers settling while the store settles after its identity changed. Called by the cosid background worker.';
+COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) IS 'Lease protocol: the claim as servers of cosid 0.2.0 to 0.4.0 call it, answering contended while the store settles.';
+COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) IS 'Lease protocol: renews a lease this holder holds and raises its watermark; no row means the lease is lost. While the store settles, a lease it shows expired only for a holder still generating.';
+COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: the renewal as servers of cosid 0.1.0 to 0.4.0 call it.';
+COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
+COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore); NULL when it need not.';

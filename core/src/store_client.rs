@@ -166,6 +166,74 @@ impl ClientOptions {
         })
     }
 
+    /// One string per host, in the string's order, as libpq tries them: each with its own
+    /// `host` (and `hostaddr`), its port (one port for every host, or one each), and the rest
+    /// unchanged, so that each host gets a whole `connect_timeout` of its own, start-up exchange
+    /// included. `target_session_attrs` and `load_balance_hosts` are left out: the store must
+    /// be writable, which the caller checks on each host, and hosts are tried in order. An
+    /// error when the lists do not match, as libpq's.
+    pub fn per_host(&self) -> Result<Vec<ClientOptions>, String> {
+        let list = |key: &str| -> Vec<String> {
+            self.pairs
+                .iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .map(|(_, value)| {
+                    value
+                        .split(',')
+                        .map(|part| part.trim().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (hosts, addresses, ports) = (list("host"), list("hostaddr"), list("port"));
+        let count = hosts.len().max(addresses.len()).max(1);
+        if (!hosts.is_empty() && hosts.len() != count)
+            || (!addresses.is_empty() && addresses.len() != count)
+        {
+            return Err("host and hostaddr must list as many hosts".to_string());
+        }
+        if ports.len() > 1 && ports.len() != count {
+            return Err("port must give one port, or one for each host".to_string());
+        }
+        let pick = |values: &[String], index: usize| -> Option<String> {
+            match values.len() {
+                0 => None,
+                1 => Some(values[0].clone()),
+                _ => Some(values[index].clone()),
+            }
+        };
+        Ok((0..count)
+            .map(|index| {
+                let mut pairs: Vec<(String, String)> = self
+                    .pairs
+                    .iter()
+                    .filter(|(key, _)| {
+                        !matches!(
+                            key.as_str(),
+                            "host"
+                                | "hostaddr"
+                                | "port"
+                                | "target_session_attrs"
+                                | "load_balance_hosts"
+                        )
+                    })
+                    .cloned()
+                    .collect();
+                for (key, values) in [("host", &hosts), ("hostaddr", &addresses), ("port", &ports)]
+                {
+                    if let Some(value) = pick(values, index) {
+                        pairs.insert(0, (key.to_string(), value));
+                    }
+                }
+                ClientOptions {
+                    pairs,
+                    ..self.clone()
+                }
+            })
+            .collect())
+    }
+
     /// The pairs as the client library's key=value string, every value quoted.
     pub fn client_string(&self) -> String {
         let quoted: Vec<String> = self
@@ -224,6 +292,44 @@ mod tests {
 
     fn refused(text: &str) -> String {
         ClientOptions::translate(text).expect_err(text)
+    }
+
+    #[test]
+    fn each_host_gets_a_string_of_its_own() {
+        let options = ClientOptions::translate(
+            "host=a,b,c port=5432,5433,5434 dbname=store connect_timeout=2 \
+             target_session_attrs=read-write load_balance_hosts=disable",
+        )
+        .unwrap();
+        let hosts = options.per_host().unwrap();
+        let strings: Vec<String> = hosts.iter().map(ClientOptions::client_string).collect();
+        assert_eq!(
+            strings,
+            [
+                "port='5432' host='a' dbname='store' connect_timeout='2'",
+                "port='5433' host='b' dbname='store' connect_timeout='2'",
+                "port='5434' host='c' dbname='store' connect_timeout='2'",
+            ]
+        );
+        let one_port = ClientOptions::translate("host=a,b hostaddr=127.0.0.1,127.0.0.2 port=6000")
+            .unwrap()
+            .per_host()
+            .unwrap();
+        assert_eq!(
+            pairs(&one_port[1]),
+            vec![("port", "6000"), ("hostaddr", "127.0.0.2"), ("host", "b")]
+        );
+        let no_host = ClientOptions::translate("dbname=store").unwrap();
+        assert_eq!(no_host.per_host().unwrap(), vec![no_host.clone()]);
+        for text in [
+            "host=a,b port=1,2,3",
+            "host=a,b hostaddr=127.0.0.1,127.0.0.2,127.0.0.3",
+        ] {
+            assert!(
+                ClientOptions::translate(text).unwrap().per_host().is_err(),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -40,9 +40,13 @@ COMMENT ON COLUMN cosid.decoded.sequence IS 'The id''s sequence number within it
 COMMENT ON FUNCTION cosid.generator_status() IS 'The rows of the view cosid.status.';
 COMMENT ON VIEW cosid.leases IS 'The machine-id leases of this database''s lease table, without claim tokens: holder, status, time left and watermark. Superusers only.';
 COMMENT ON FUNCTION cosid.lease_rows() IS 'The rows of the view cosid.leases.';
-COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) IS 'Lease protocol: claims a machine id of a namespace for a holder, which then waits for the returned watermark. Called by the cosid background worker.';
+COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) IS 'Lease protocol: claims a machine id of a namespace for a holder, which then waits for the returned watermark; answers settling while the store settles after its identity changed. Called by the cosid background worker.';
+COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) IS 'Lease protocol: the claim as servers of cosid 0.2.0 to 0.4.0 call it, answering contended while the store settles.';
 COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint) IS 'Lease protocol: the claim as servers of cosid 0.1.0 call it, without a layout.';
-COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: renews a lease this holder holds and raises its watermark; no row means the lease is lost.';
+COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) IS 'Lease protocol: renews a lease this holder holds and raises its watermark; no row means the lease is lost. While the store settles, a lease it shows expired only for a holder still generating.';
+COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: the renewal as servers of cosid 0.1.0 to 0.4.0 call it.';
+COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
+COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore); NULL when it need not.';
 COMMENT ON FUNCTION cosid.lease_release(text, integer, text, text, bigint) IS 'Lease protocol: releases a lease with the exact last timestamp the holder issued; true if the lease was still the holder''s.';
 COMMENT ON FUNCTION cosid.lease_retire(text, integer) IS 'Deletes the lease rows of a machine id, or of a whole namespace, no longer used, so that it counts as never used; refused while a lease is held or its watermark is less than a minute old. Superusers only.';
 COMMENT ON FUNCTION cosid.lease_namespace_layout(text) IS 'The id layout a namespace of the lease table keeps; NULL for a namespace without one.';

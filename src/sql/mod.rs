@@ -816,7 +816,9 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         settings::server().map(|settings| &settings.machine),
         Some(MachineSource::Leased(lease)) if lease.lease_store.is_none()
     );
-    if lease.problem() == LeaseProblem::Standby || (local_store && recovery_in_progress()) {
+    // A shared store that is read-only is the store's problem, not this server's: the general
+    // answer below, whose DETAIL says so.
+    if local_store && (lease.problem() == LeaseProblem::Standby || recovery_in_progress()) {
         return CosidError::new(
             PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
             "cannot generate cosid ids on a hot standby",

@@ -12,7 +12,7 @@
 //! own parse errors are not passed on, and every store error has the password masked.
 
 use cosid_core::conninfo::redact;
-use cosid_core::protocol::{Call, Kind, LeaseStore, Param, Value};
+use cosid_core::protocol::{Call, Kind, LeaseStore, Param, Readiness, Value};
 use cosid_core::store_client::{
     passfile_password, quote, ClientIdentity, ClientOptions, PassfileKey, TlsCheck,
 };
@@ -23,11 +23,12 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row, Socket};
 
-/// A connection string as the client uses it: tokio-postgres's configuration, and what the
-/// client sets up itself (see `cosid_core::store_client`).
+/// A connection string as the client uses it: tokio-postgres's configuration of each host, in
+/// the string's order, and what the client sets up itself (see `cosid_core::store_client`).
 #[derive(Debug)]
 struct ConnInfo {
-    config: Config,
+    /// The configuration of each host, tried in order (see [`RemoteStore::connect`]).
+    hosts: Vec<Config>,
     tls: TlsCheck,
     root_cert: Option<String>,
     client_identity: Option<ClientIdentity>,
@@ -75,24 +76,34 @@ impl ConnInfo {
     /// Every message names the key or the part at fault, never a value (see `conninfo`).
     fn parse(text: &str) -> Result<ConnInfo, String> {
         let options = ClientOptions::translate(text)?;
-        let mut config: Config = options
+        // The whole string must be one the client takes, and so must each host's.
+        options
             .client_string()
-            .parse()
+            .parse::<Config>()
             .map_err(|_| refused_by_client(&options.pairs))?;
-        if let Some(timeout) = options.tcp_user_timeout {
-            config.tcp_user_timeout(timeout);
-        }
         if let Some(identity) = &options.client_identity {
             check_key_file_permissions(&identity.key)?;
         }
-        if config.get_password().is_none() {
-            if let Some(password) = password_from_environment(&config, options.passfile.as_deref())
-            {
-                config.password(password);
+        let mut hosts = Vec::new();
+        for host in options.per_host()? {
+            let mut config: Config = host
+                .client_string()
+                .parse()
+                .map_err(|_| refused_by_client(&host.pairs))?;
+            if let Some(timeout) = options.tcp_user_timeout {
+                config.tcp_user_timeout(timeout);
             }
+            if config.get_password().is_none() {
+                if let Some(password) =
+                    password_from_environment(&config, options.passfile.as_deref())
+                {
+                    config.password(password);
+                }
+            }
+            hosts.push(config);
         }
         Ok(ConnInfo {
-            config,
+            hosts,
             tls: options.tls,
             root_cert: options.root_cert,
             client_identity: options.client_identity,
@@ -153,6 +164,10 @@ pub struct RemoteStore {
     shutting_down: fn() -> bool,
 }
 
+/// The error of a store string none of whose hosts takes writes.
+pub const READ_ONLY: &str =
+    "every host of cosid.lease_store is read-only (a hot standby, or default_transaction_read_only on)";
+
 /// Why a round trip did not complete.
 enum Cut {
     TimedOut,
@@ -163,19 +178,20 @@ impl RemoteStore {
     /// Checks the connection string; connects on the first call.
     pub fn new(conninfo: &str, shutting_down: fn() -> bool) -> Result<RemoteStore, String> {
         let mut conninfo = ConnInfo::parse(conninfo)?;
-        let config = &mut conninfo.config;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
-        }
-        config.keepalives(true);
-        config.keepalives_idle(Duration::from_secs(5));
-        config.keepalives_interval(Duration::from_secs(2));
-        config.keepalives_retries(3);
-        if config.get_tcp_user_timeout().is_none() {
-            config.tcp_user_timeout(Duration::from_secs(10));
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("cosid lease worker");
+        for config in &mut conninfo.hosts {
+            if config.get_connect_timeout().is_none() {
+                config.connect_timeout(Duration::from_secs(5));
+            }
+            config.keepalives(true);
+            config.keepalives_idle(Duration::from_secs(5));
+            config.keepalives_interval(Duration::from_secs(2));
+            config.keepalives_retries(3);
+            if config.get_tcp_user_timeout().is_none() {
+                config.tcp_user_timeout(Duration::from_secs(10));
+            }
+            if config.get_application_name().is_none() {
+                config.application_name("cosid lease worker");
+            }
         }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -247,9 +263,52 @@ impl RemoteStore {
         Ok(connector)
     }
 
+    /// Connects to the first host of the string that answers and is writable, as libpq tries
+    /// hosts: each gets its own `connect_timeout` (5 s by default), the start-up exchange and
+    /// the session set-up included, so that a host that accepts connections and never answers
+    /// costs only its own time. A host in recovery (a hot standby) or otherwise read-only is
+    /// passed over, whatever `target_session_attrs` says: the lease store must take writes.
     fn connect(&mut self) -> Result<(), String> {
-        let limit = self.conninfo.config.get_connect_timeout().copied();
-        let limit = limit.unwrap_or(self.timeout) + Duration::from_secs(1);
+        let mut failures = Vec::new();
+        let mut read_only = 0;
+        for index in 0..self.conninfo.hosts.len() {
+            match self.connect_to(index) {
+                Ok(Some(client)) => {
+                    self.client = Some(client);
+                    return Ok(());
+                }
+                Ok(None) => read_only += 1,
+                Err(why) => failures.push(why),
+            }
+            if (self.shutting_down)() {
+                break;
+            }
+        }
+        Err(if failures.is_empty() && read_only > 0 {
+            READ_ONLY.to_string()
+        } else if read_only > 0 {
+            format!("{}; {read_only} host(s) read-only", failures.join("; "))
+        } else {
+            failures.join("; ")
+        })
+    }
+
+    /// A session on host `index`, set up; `None` when the host is read-only.
+    fn connect_to(&self, index: usize) -> Result<Option<Client>, String> {
+        let config = &self.conninfo.hosts[index];
+        let limit = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(self.timeout);
+        let started = std::time::Instant::now();
+        let client = if self.conninfo.tls == TlsCheck::None
+            && config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable
+        {
+            self.open(config, NoTls, limit)?
+        } else {
+            let tls = self.tls_connector()?;
+            self.open(config, tls, limit)?
+        };
         let session = format!(
             "SET search_path = pg_catalog, pg_temp; \
              SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
@@ -258,23 +317,28 @@ impl RemoteStore {
              SET synchronous_commit = on",
             ms = self.timeout.as_millis().max(1)
         );
-        let client = if self.conninfo.tls == TlsCheck::None
-            && self.conninfo.config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable
-        {
-            self.open(NoTls, limit)?
-        } else {
-            let tls = self.tls_connector()?;
-            self.open(tls, limit)?
-        };
-        self.bounded(self.timeout, client.batch_execute(&session))
+        let left = limit
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(500));
+        self.bounded(left, client.batch_execute(&session))
             .map_err(|cut| cut.describe("the session set-up"))?
             .map_err(describe)?;
-        self.client = Some(client);
-        Ok(())
+        let left = limit
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(500));
+        let rows = self
+            .bounded(left, client.query("SHOW transaction_read_only", &[]))
+            .map_err(|cut| cut.describe("the check for a writable host"))?
+            .map_err(describe)?;
+        let writable = rows
+            .first()
+            .and_then(|row| row.try_get::<_, String>(0).ok())
+            .is_some_and(|value| value == "off");
+        Ok(writable.then_some(client))
     }
 
-    /// Connects within `limit`, and lets the connection run on the runtime.
-    fn open<T>(&self, tls: T, limit: Duration) -> Result<Client, String>
+    /// Connects to one host within `limit`, and lets the connection run on the runtime.
+    fn open<T>(&self, config: &Config, tls: T, limit: Duration) -> Result<Client, String>
     where
         T: MakeTlsConnect<Socket>,
         T::Stream: Send + 'static,
@@ -285,7 +349,7 @@ impl RemoteStore {
         } else {
             limit
         };
-        let connecting = self.conninfo.config.connect(tls);
+        let connecting = config.connect(tls);
         let (client, connection) = self
             .bounded(limit, connecting)
             .map_err(|cut| cut.describe("the connection"))?
@@ -300,8 +364,10 @@ impl RemoteStore {
     /// where a server or a library quotes it.
     fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, String> {
         self.query_unredacted(sql, params).map_err(|why| {
-            let password = self.conninfo.config.get_password().unwrap_or_default();
-            redact(&why, &String::from_utf8_lossy(password))
+            self.conninfo.hosts.iter().fold(why, |text, config| {
+                let password = config.get_password().unwrap_or_default();
+                redact(&text, &String::from_utf8_lossy(password))
+            })
         })
     }
 
@@ -342,6 +408,15 @@ impl LeaseStore for RemoteStore {
 
     fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// A store none of whose hosts takes writes is read-only, not unreachable: `cosid.status`
+    /// says so.
+    fn readiness(&mut self) -> Result<Readiness, String> {
+        match self.installed_protocol() {
+            Err(why) if why == READ_ONLY => Ok(Readiness::ReadOnly),
+            other => other,
+        }
     }
 
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {

@@ -24,7 +24,7 @@ def answer_claims_with(store, row):
     store.query(f"""
         CREATE OR REPLACE FUNCTION cosid.lease_claim(p_namespace text, p_machine_bits integer,
             p_instance_id text, p_stable boolean, p_safe_guard_ms bigint, p_claim_token text,
-            p_watermark_ms bigint, p_layout text)
+            p_watermark_ms bigint, p_layout text, p_knows_settling boolean)
         RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
                        expires_at_ms bigint, store_now_ms bigint)
         LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -597,12 +597,13 @@ class Hostile(ClusterTest):
             CREATE FUNCTION cosid.lease_namespace_layout(text) RETURNS text LANGUAGE sql
                 AS $$ SELECT NULL::text $$;
             CREATE FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text,
-                bigint, text)
+                bigint, text, boolean)
                 RETURNS TABLE (outcome text, machine_id integer, previous_watermark_ms bigint,
                                expires_at_ms bigint, store_now_ms bigint)
                 LANGUAGE plpgsql SECURITY DEFINER AS $$
                 BEGIN PERFORM cosid.escalate(); RETURN; END $$;
-            CREATE FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint)
+            CREATE FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint,
+                boolean)
                 RETURNS TABLE (expires_at_ms bigint, store_now_ms bigint)
                 LANGUAGE plpgsql AS $$ BEGIN PERFORM cosid.escalate(); RETURN; END $$;
             CREATE FUNCTION cosid.lease_release(text, integer, text, text, bigint)

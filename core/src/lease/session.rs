@@ -553,6 +553,10 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         let version = env!("CARGO_PKG_VERSION");
         match readiness {
             Readiness::Ready => (LeaseProblem::None, String::new()),
+            Readiness::ReadOnly if remote => (
+                LeaseProblem::Standby,
+                "every host of cosid.lease_store is read-only (a hot standby, or default_transaction_read_only on): waiting for a writable primary; list every host that can become the store's primary in cosid.lease_store".to_string(),
+            ),
             Readiness::ReadOnly => (
                 LeaseProblem::Standby,
                 format!(

@@ -1,0 +1,58 @@
+"""A store string with several hosts, as libpq takes it: each host gets a connect_timeout of its
+own, start-up exchange included; a host that is read-only (a hot standby) is passed over,
+whatever target_session_attrs says; and a string whose every host is read-only shows so in
+cosid.status."""
+
+import time
+
+from helpers.fleet import Proxy, fleet_server, start_store
+from helpers.leases import FAST_LEASES, status, wait_up
+from helpers.pgcluster import ClusterTest, wait_for
+from helpers.replication import start_standby
+
+
+class StoreHosts(ClusterTest):
+    def server(self, name, ports, conninfo_extra="connect_timeout=2"):
+        server = self.track(fleet_server(name, 25810, ports, FAST_LEASES,
+                                         host=",".join(["127.0.0.1"] * len(ports.split(","))),
+                                         password_from="environment",
+                                         conninfo_extra=conninfo_extra))
+        server.start()
+        server.query("CREATE EXTENSION cosid")
+        return server
+
+    def test_a_first_host_that_never_answers_costs_its_own_timeout_only(self):
+        store = self.track(start_store("hosts-store", 25800))
+        silent = Proxy(store.port)
+        self.addCleanup(silent.close)
+        silent.set_mode("blackhole")
+        started = time.monotonic()
+        server = self.server("hosts-silent-first", f"{silent.port},{store.port}")
+        up = wait_up(server, timeout=20)
+        took_s = time.monotonic() - started
+        self.assertEqual(up["machine_id"], "0")
+        # One connect_timeout (2 s) on the silent host, then the store.
+        self.assertLess(took_s, 8, f"leased after {took_s:.1f} s")
+        # Renewals go on through the second host, with the first still silent.
+        time.sleep(2)
+        self.assertEqual(status(server)["state"], "UP")
+
+    def test_a_standby_listed_first_is_passed_over(self):
+        store = self.track(start_store("hosts-primary", 25820))
+        standby = self.track(start_standby(store, "hosts-standby", 25825))
+        # No target_session_attrs: the store must take writes all the same.
+        server = self.server("hosts-standby-first", f"{standby.port},{store.port}")
+        wait_up(server, timeout=20)
+        self.assertEqual(store.query("SELECT count(*) FROM cosid.machine_lease "
+                                     "WHERE state = 'claimed'"), "1")
+
+    def test_a_store_of_standbys_only_says_it_is_read_only(self):
+        store = self.track(start_store("hosts-only-primary", 25830))
+        standby = self.track(start_standby(store, "hosts-only-standby", 25835))
+        server = self.server("hosts-standby-only", str(standby.port))
+        read_only = "every host of cosid.lease_store is read-only"
+        wait_for(lambda: read_only in (status(server)["last_error"] or ""), 20,
+                 f"cosid.status to say the store is read-only:\n{server.log()[-1500:]}")
+        self.assertEqual(status(server)["state"], "STOPPED")
+        self.assertEqual(server.query("SELECT count(*) FROM cosid.status "
+                                      "WHERE machine_id IS NULL"), "1")
