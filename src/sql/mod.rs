@@ -625,6 +625,37 @@ pub(crate) fn say_where_the_leases_live() {
     notice.log(PgLogLevel::NOTICE);
 }
 
+/// After `CREATE SUBSCRIPTION` or `ALTER SUBSCRIPTION ... ENABLE`: a WARNING when this server
+/// leases its machine ids from its own lease table. Another server (the publisher, say) then
+/// holds machine ids of the same namespace independently, and the ids it issued can equal this
+/// server's: rows replicated into a table this server also fills collide, and the apply worker
+/// stops on the duplicate key.
+pub(crate) fn warn_of_uncoordinated_machine_ids() {
+    let Some(settings) = settings::server() else {
+        return;
+    };
+    let MachineSource::Leased(lease) = &settings.machine else {
+        return;
+    };
+    if lease
+        .lease_store
+        .as_deref()
+        .is_some_and(|store| !store.is_empty())
+    {
+        return;
+    }
+    CosidError::new(
+        PgSqlErrorCode::ERRCODE_WARNING,
+        "cosid's machine ids on this server are coordinated with no other server",
+    )
+    .detail(format!(
+        "This server leases its machine ids from its own lease table (database \"{}\"; cosid.lease_store is not set), so a server this subscription replicates from can hold the same machine ids and issue the same ids: rows it sends into a table that this server also fills with cosid_next() can collide, and the apply worker stops on the duplicate key.",
+        settings.database
+    ))
+    .hint("Let every server that writes the same tables lease from one shared store (cosid.lease_store, same cosid.namespace), or give each a distinct fixed machine id (cosid.distributor = 'manual', cosid.machine_id).")
+    .log(PgLogLevel::WARNING);
+}
+
 fn interval_ms(ms: u64) -> Interval {
     Interval::from_micros(ms.min(i64::MAX as u64 / 1_000) as i64 * 1_000)
 }

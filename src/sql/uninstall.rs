@@ -14,7 +14,9 @@
 //! `DROP DATABASE` of `cosid.database` itself is refused before it runs.
 //!
 //! The hook also follows a successful `CREATE EXTENSION cosid` with a NOTICE saying where the
-//! leases live, when that is another database (`say_where_the_leases_live`).
+//! leases live, when that is another database (`say_where_the_leases_live`), and a successful
+//! `CREATE SUBSCRIPTION` or `ALTER SUBSCRIPTION ... ENABLE` with a WARNING when this server's
+//! machine ids are coordinated with no other server (`warn_of_uncoordinated_machine_ids`).
 
 use crate::error::CosidError;
 use cosid_core::uninstall::{drop_refusal, DropLoss, DropRefusal};
@@ -88,9 +90,14 @@ unsafe fn guarded(statement: *mut pg_sys::Node, run: impl FnOnce()) {
     let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
     // SAFETY: the caller's promise.
     let creating = unsafe { creates_the_extension(statement) } && !extension_exists();
+    // SAFETY: the caller's promise.
+    let subscribing = unsafe { starts_a_subscription(statement) };
     run();
     if creating && extension_exists() {
         super::say_where_the_leases_live();
+    }
+    if subscribing {
+        super::warn_of_uncoordinated_machine_ids();
     }
     if let Some(at_risk) = at_risk {
         if !extension_exists() {
@@ -150,6 +157,28 @@ unsafe fn creates_the_extension(node: *mut pg_sys::Node) -> bool {
         }
         let create = &*(node as *mut pg_sys::CreateExtensionStmt);
         !create.extname.is_null() && std::ffi::CStr::from_ptr(create.extname) == c"cosid"
+    }
+}
+
+/// Whether the statement makes logical replication apply rows here: `CREATE SUBSCRIPTION`, or
+/// `ALTER SUBSCRIPTION ... ENABLE`.
+///
+/// # Safety
+/// `node` is a utility statement's parse tree, or null.
+unsafe fn starts_a_subscription(node: *mut pg_sys::Node) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: a non-null node starts with its tag, and the tag says which struct it is.
+    unsafe {
+        match (*node).type_ {
+            pg_sys::NodeTag::T_CreateSubscriptionStmt => true,
+            pg_sys::NodeTag::T_AlterSubscriptionStmt => {
+                let alter = &*(node as *mut pg_sys::AlterSubscriptionStmt);
+                alter.kind == pg_sys::AlterSubscriptionType::ALTER_SUBSCRIPTION_ENABLED
+            }
+            _ => false,
+        }
     }
 }
 

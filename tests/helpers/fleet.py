@@ -132,14 +132,20 @@ def start_store(name, port, settings=None, certificate_role=False, lease_sql=LEA
         "host replication all 127.0.0.1/32 trust\n")
     chown_to_postgres(store.data)
     store.start()
-    subprocess.run(store.psql_command("postgres", "-q", "-v", "ON_ERROR_STOP=1", "-f",
-                                      str(lease_sql)), check=True)
-    store.query(f"CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}'")
-    grant_lease_protocol(store, FLEET_ROLE)
+    install_store(store, lease_sql)
     if certificate_role:
         store.query(f"CREATE ROLE {CERTIFICATE_ROLE} LOGIN")
         grant_lease_protocol(store, CERTIFICATE_ROLE)
     return store
+
+
+def install_store(store, lease_sql=LEASE_SQL):
+    """The lease protocol (`lease_sql`) in database postgres of a running server, and the role
+    the fleet's servers log in as, with a password."""
+    subprocess.run(store.psql_command("postgres", "-q", "-v", "ON_ERROR_STOP=1", "-f",
+                                      str(lease_sql)), check=True)
+    store.query(f"CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}'")
+    grant_lease_protocol(store, FLEET_ROLE)
 
 
 def grant_lease_protocol(store, role):
