@@ -7,7 +7,9 @@
 -- after it changes (a promoted standby, a point-in-time recovery, a restore elsewhere) hands out
 -- no machine id as released, new or expired until a whole safe guard has passed, since it may
 -- have forgotten claims, renewals and releases it acknowledged (cosid.store_settles_at()). The
--- identity it has now is recorded as settled: an update in place forgets nothing. Servers of
+-- identity it has now is recorded as settled, and the rows as written in it: an update in
+-- place forgets nothing (a 0.4.0 store restored from a dump is not told apart: see
+-- docs/upgrading.md). Servers of
 -- 0.5.0 claim and renew through the new forms (lease_claim with p_knows_settling, lease_renew
 -- with p_holder_live) and need this store; servers of 0.1.0 to 0.4.0 keep claiming, renewing
 -- and releasing through the old forms, which follow the same rule. Everything it creates is
@@ -84,12 +86,14 @@ $update$;
 -- The identity of the store the leases were last written in, and since when: a promoted
 -- standby, a point-in-time recovery and a restore into another cluster or database each give
 -- the store another identity, and each may have lost writes whose commit the holders were
--- told of. settles says whether the change must be waited out (not at a first install).
+-- told of. settles says whether the change must be waited out (not at install); max_safe_guard
+-- is the longest safe guard any holder ever gave, which only rises.
 CREATE TABLE cosid.store_identity (
-    only_row boolean     PRIMARY KEY DEFAULT true CHECK (only_row),
-    identity text        NOT NULL,
-    seen_at  timestamptz NOT NULL,
-    settles  boolean     NOT NULL
+    only_row       boolean     PRIMARY KEY DEFAULT true CHECK (only_row),
+    identity       text        NOT NULL,
+    seen_at        timestamptz NOT NULL,
+    settles        boolean     NOT NULL,
+    max_safe_guard interval    NOT NULL DEFAULT interval '0'
 );
 
 COMMENT ON TABLE cosid.store_identity IS
@@ -109,41 +113,58 @@ SELECT format('system %s, timeline %s, database %s',
               (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()))
 $$;
 
--- Until when this store must not hand out a machine id as released, new or expired: NULL while
--- it is the store the leases were written in. The first protocol call that finds another
--- identity than the one recorded (or none, over lease rows written before) records it with
--- the time; the store settles a whole safe guard later, the longest any row records or the
--- caller's: a holder whose claim, renewal or release the store forgot stops generating within
--- its safe guard of its last write, which was before the change was seen (Chubby's lock
--- delay). Every claim after it also waits for that time, so that a new holder's timestamps
--- are above what such a holder issued.
-CREATE FUNCTION cosid.store_settles_at(p_safe_guard_ms bigint)
-RETURNS timestamptz
+-- Until when this store must not hand out a machine id as released, new or expired (NULL when
+-- it need not), and its identity now, which every protocol write records in its row. A call
+-- that finds another identity than the one recorded, or lease rows written elsewhere (a
+-- restore into this database), records the change with the time, and the store settles a
+-- whole safe guard later: the longest any holder ever gave, any row records, or the caller's.
+-- A holder whose claim, renewal or release the store forgot stops generating within its safe
+-- guard of its last write, which was before the change was seen (Chubby's lock delay).
+CREATE FUNCTION cosid.store_settles_at(p_safe_guard_ms bigint,
+                                       OUT settles_at timestamptz, OUT identity text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
 DECLARE
-    v_identity text := cosid.store_identity_now();
     v_row      cosid.store_identity;
+    v_guard    interval := greatest(p_safe_guard_ms, 1) * interval '1 millisecond';
 BEGIN
+    identity := cosid.store_identity_now();
     SELECT * INTO v_row FROM cosid.store_identity i;
-    IF v_row.identity IS DISTINCT FROM v_identity THEN
+    IF v_row.identity IS DISTINCT FROM identity
+       OR EXISTS (SELECT FROM cosid.machine_lease l WHERE l.written_in <> identity) THEN
+        -- Decided again under the row's lock, which a concurrent caller may have taken to
+        -- record the same change. A row deleted by hand is a change too.
         INSERT INTO cosid.store_identity AS i (identity, seen_at, settles)
-        VALUES (v_identity, clock_timestamp(), EXISTS (SELECT FROM cosid.machine_lease))
-        ON CONFLICT (only_row) DO UPDATE
-           SET identity = EXCLUDED.identity, seen_at = EXCLUDED.seen_at, settles = true
-         WHERE i.identity <> EXCLUDED.identity;
-        SELECT * INTO v_row FROM cosid.store_identity i;
+            VALUES ('', clock_timestamp(), true) ON CONFLICT DO NOTHING;
+        SELECT * INTO v_row FROM cosid.store_identity i FOR UPDATE;
+        IF v_row.identity <> identity
+           OR EXISTS (SELECT FROM cosid.machine_lease l WHERE l.written_in <> identity) THEN
+            UPDATE cosid.store_identity i
+               SET identity = store_settles_at.identity, seen_at = clock_timestamp(),
+                   settles = true
+             RETURNING * INTO v_row;
+            -- Those rows are accounted for by this change.
+            UPDATE cosid.machine_lease l SET written_in = store_settles_at.identity
+             WHERE l.written_in <> store_settles_at.identity;
+        END IF;
+    END IF;
+    IF v_row.max_safe_guard < v_guard THEN
+        UPDATE cosid.store_identity i SET max_safe_guard = greatest(i.max_safe_guard, v_guard);
     END IF;
     -- A safe guard is at most a day.
-    IF NOT v_row.settles OR v_row.seen_at < clock_timestamp() - interval '1 day' THEN
-        RETURN NULL;
+    IF v_row.settles AND v_row.seen_at > clock_timestamp() - interval '1 day' THEN
+        settles_at := v_row.seen_at
+            + greatest(v_guard, v_row.max_safe_guard,
+                       (SELECT max(l.safe_guard) FROM cosid.machine_lease l));
     END IF;
-    RETURN v_row.seen_at + greatest((SELECT max(l.safe_guard) FROM cosid.machine_lease l),
-                                    greatest(p_safe_guard_ms, 1) * interval '1 millisecond');
 END
 $$;
 
+-- Where each row was last written: here, for the rows this store has now.
+ALTER TABLE cosid.machine_lease ADD COLUMN written_in text NOT NULL DEFAULT '';
+UPDATE cosid.machine_lease SET written_in = cosid.store_identity_now();
 -- This store, updated in place, forgot nothing.
 INSERT INTO cosid.store_identity (identity, seen_at, settles)
     SELECT cosid.store_identity_now(), pg_catalog.clock_timestamp(), false;
@@ -183,6 +204,7 @@ AS $$
 DECLARE
     v_now      timestamptz;
     v_settles  timestamptz;
+    v_identity text;
     v_settling boolean;
     v_settled_ms bigint;
     v_max      integer;
@@ -209,10 +231,18 @@ BEGIN
     -- Serialises claims where it can; a lock somebody keeps (a holder's open transaction) is
     -- skipped, since the conditional writes below keep racing claims apart on their own.
     PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE SKIP LOCKED;
-    v_settles := cosid.store_settles_at(p_safe_guard_ms);
+    SELECT s.settles_at, s.identity INTO v_settles, v_identity
+      FROM cosid.store_settles_at(p_safe_guard_ms) s;
     v_now := clock_timestamp();
     v_settling := coalesce(v_settles > v_now, false);
-    v_settled_ms := coalesce(cosid.unix_ms(v_settles), 0);
+    -- What a holder the store forgot issued is below the time it settled, on the store's
+    -- clock; a holder's clock may run ahead of it by as much as the rows show (watermark minus
+    -- the store's time of the write minus the safe guard).
+    v_settled_ms := CASE WHEN v_settles IS NULL THEN 0 ELSE cosid.unix_ms(v_settles)
+        + coalesce((SELECT greatest(0, least(3600000, max(
+                               l.watermark_ms - cosid.unix_ms(l.renewed_at)
+                               - cosid.unix_ms(to_timestamp(0) + l.safe_guard))))
+                      FROM cosid.machine_lease l), 0) END;
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
 
     -- Servers of one namespace must share a layout: ids of two layouts can coincide. A
@@ -279,11 +309,11 @@ BEGIN
                 INSERT INTO cosid.machine_lease
                     (namespace, machine_id, machine_bits, layout, instance_id, claim_token,
                      stable, state, claimed_at, renewed_at, expires_at, safe_guard,
-                     watermark_ms, claim_floor_ms)
+                     watermark_ms, claim_floor_ms, written_in)
                 VALUES (p_namespace, v_taken, p_machine_bits, p_layout, p_instance_id,
                         p_claim_token, p_stable, 'claimed', v_now, v_now, v_expires,
                         p_safe_guard_ms * interval '1 millisecond', p_watermark_ms,
-                        v_settled_ms)
+                        v_settled_ms, v_identity)
                 ON CONFLICT DO NOTHING;
                 IF FOUND THEN
                     RETURN QUERY SELECT 'new'::text, v_taken, v_settled_ms,
@@ -323,7 +353,7 @@ BEGIN
         -- After the store's identity changed, what a forgotten holder issued is below the time
         -- the store settled.
         IF v_lease.state = 'claimed' AND v_lease.claim_token = p_claim_token THEN
-            v_previous := v_lease.claim_floor_ms;
+            v_previous := greatest(v_lease.claim_floor_ms, v_settled_ms);
         ELSE
             v_previous := greatest(cosid.lease_next_floor_ms(v_lease), v_settled_ms);
         END IF;
@@ -333,7 +363,7 @@ BEGIN
                claimed_at = v_now, renewed_at = v_now, expires_at = v_expires,
                safe_guard = p_safe_guard_ms * interval '1 millisecond',
                watermark_ms = greatest(l.watermark_ms, p_watermark_ms),
-               claim_floor_ms = v_previous, released_ms = NULL
+               claim_floor_ms = v_previous, released_ms = NULL, written_in = v_identity
          WHERE l.namespace = p_namespace AND l.machine_id = v_lease.machine_id
            AND l.claim_token = v_lease.claim_token AND l.state = v_lease.state
            AND l.expires_at = v_lease.expires_at;
@@ -422,11 +452,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_settles timestamptz := cosid.store_settles_at(p_safe_guard_ms);
+    v_settles  timestamptz;
+    v_identity text;
 BEGIN
+    SELECT s.settles_at, s.identity INTO v_settles, v_identity
+      FROM cosid.store_settles_at(p_safe_guard_ms) s;
     RETURN QUERY
     UPDATE cosid.machine_lease l
-       SET renewed_at = clock_timestamp(),
+       SET renewed_at = clock_timestamp(), written_in = v_identity,
            expires_at = clock_timestamp() + greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
            safe_guard = greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
            watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
@@ -461,6 +494,41 @@ AS $$
                              p_safe_guard_ms, p_watermark_ms, NULL::boolean) r
 $$;
 
+-- Releases a lease at shutdown with the exact last timestamp the holder issued, which the next
+-- holder waits for (never below what the holders before it issued); the watermark itself stays.
+-- A stable instance keeps its machine id (the row stays claimed, and nobody else takes a stable
+-- lease), but its lease ends now, so that it takes it back at once when it restarts. Returns
+-- whether the lease was still this instance's.
+CREATE OR REPLACE FUNCTION cosid.lease_release(
+    p_namespace    text,
+    p_machine_id   integer,
+    p_instance_id  text,
+    p_claim_token  text,
+    p_watermark_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- A change of the store's identity is recorded before the row is written in the new one.
+    v_identity text := (SELECT s.identity FROM cosid.store_settles_at(1) s);
+BEGIN
+    UPDATE cosid.machine_lease l
+       SET state = CASE WHEN l.stable THEN 'claimed' ELSE 'released' END,
+           expires_at = least(l.expires_at, clock_timestamp()),
+           released_ms = greatest(p_watermark_ms, l.claim_floor_ms),
+           watermark_ms = greatest(l.watermark_ms, p_watermark_ms),
+           written_in = v_identity
+     WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
+       AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
+       AND l.state = 'claimed' AND p_watermark_ms IS NOT NULL
+       AND p_watermark_ms <= greatest(l.watermark_ms,
+                                      cosid.unix_ms(clock_timestamp()) + 3600000);
+    RETURN FOUND;
+END
+$$;
+
 -- Retires a machine id (or, without one, a whole namespace) that is no longer used: its row is
 -- deleted, and the machine id counts as never used again. Refused while a lease is held, and
 -- while the watermark the next holder would wait for is less than a minute in the past by the
@@ -479,7 +547,7 @@ DECLARE
     v_count   integer;
 BEGIN
     PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE;
-    v_settles := cosid.store_settles_at(1);
+    SELECT s.settles_at INTO v_settles FROM cosid.store_settles_at(1) s;
     v_now := clock_timestamp();
     IF v_settles > v_now THEN
         RAISE EXCEPTION 'the lease store is settling after its identity changed'

@@ -56,6 +56,18 @@ pub enum Param {
     Int(i32),
     BigInt(i64),
     Bool(bool),
+    /// A boolean the store decides as it sends the call, once connected: whether the call
+    /// (bounded by its round-trip timeout) ends before this time on the monotonic clock (see
+    /// [`live_before`]). A renewal says so of the holder's deadline: what matters is whether the
+    /// holder still generates when the store runs the call, which can be long after the session
+    /// made it (a connection tried host after host).
+    LiveBefore(u64),
+}
+
+/// The value of [`Param::LiveBefore`] for a call sent at `now_ms` that takes at most
+/// `round_trip_ms`.
+pub fn live_before(deadline_ms: u64, now_ms: u64, round_trip_ms: u64) -> bool {
+    now_ms.saturating_add(round_trip_ms) < deadline_ms
 }
 
 /// The SQL type of an answer's column.
@@ -178,15 +190,16 @@ pub fn claim(holder: &Holder, safe_guard_ms: u64, token: u64, watermark_ms: i64)
     }
 }
 
-/// A renewal; `holder_live` says that the holder's deadline has not passed: it is still
-/// generating under renewals some store acknowledged (see `lease_renew` in lease_store.sql).
+/// A renewal; `live_until_ms` is the holder's deadline on the monotonic clock (0 when it does
+/// not generate): the store tells it whether the holder still generates when the call runs,
+/// under renewals some store acknowledged (see `lease_renew` in lease_store.sql).
 pub fn renew(
     holder: &Holder,
     machine_id: u32,
     token: u64,
     safe_guard_ms: u64,
     watermark_ms: i64,
-    holder_live: bool,
+    live_until_ms: u64,
 ) -> Call {
     Call {
         sql: RENEW_SQL,
@@ -197,7 +210,7 @@ pub fn renew(
             Param::Text(token_text(token)),
             Param::BigInt(safe_guard_ms.min(i64::MAX as u64) as i64),
             Param::BigInt(watermark_ms),
-            Param::Bool(holder_live),
+            Param::LiveBefore(live_until_ms),
         ],
         columns: RENEW_COLUMNS,
     }
@@ -475,7 +488,7 @@ pub trait LeaseStore {
         token: u64,
         safe_guard_ms: u64,
         watermark_ms: i64,
-        holder_live: bool,
+        live_until_ms: u64,
     ) -> Result<Option<Renewed>, String> {
         let call = renew(
             holder,
@@ -483,7 +496,7 @@ pub trait LeaseStore {
             token,
             safe_guard_ms,
             watermark_ms,
-            holder_live,
+            live_until_ms,
         );
         decode_renew(&self.run(&call)?).map_err(|e| e.to_string())
     }
@@ -564,9 +577,15 @@ mod tests {
         assert_eq!(call.params[8], Param::Bool(true));
         assert_eq!(call.params[5], Param::Text("00000000000000ab".into()));
         assert_eq!(call.params[6], Param::BigInt(9_000));
-        let renewal = renew(&holder(), 5, 1, 4_000, 9_000, false);
+        let renewal = renew(&holder(), 5, 1, 4_000, 9_000, 12_345);
         assert_eq!(renewal.params.len(), 7);
-        assert_eq!(renewal.params[6], Param::Bool(false));
+        assert_eq!(renewal.params[6], Param::LiveBefore(12_345));
+        // Decided as the call is sent: it must end before the deadline.
+        assert!(live_before(12_345, 10_000, 2_000));
+        assert!(!live_before(12_345, 10_345, 2_000));
+        assert!(!live_before(12_345, 13_000, 0));
+        assert!(!live_before(0, 0, 0));
+        assert!(live_before(u64::MAX, u64::MAX - 1, 0));
         assert_eq!(release(&holder(), 5, 1, 9_000).params.len(), 5);
         for sql in [CLAIM_SQL, RENEW_SQL, RELEASE_SQL, READINESS_SQL] {
             for operator in ['*', '+', '-', '/', '<', '>', '=', '|', '~'] {

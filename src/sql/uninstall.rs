@@ -22,6 +22,7 @@ use crate::error::CosidError;
 use cosid_core::uninstall::{drop_refusal, DropLoss, DropRefusal};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+use pgrx::PgList;
 
 static mut PREVIOUS_HOOK: pg_sys::ProcessUtility_hook_type = None;
 
@@ -174,8 +175,16 @@ unsafe fn starts_a_subscription(node: *mut pg_sys::Node) -> bool {
         match (*node).type_ {
             pg_sys::NodeTag::T_CreateSubscriptionStmt => true,
             pg_sys::NodeTag::T_AlterSubscriptionStmt => {
+                // ENABLE and DISABLE are both this kind, with the option `enabled` saying which.
                 let alter = &*(node as *mut pg_sys::AlterSubscriptionStmt);
                 alter.kind == pg_sys::AlterSubscriptionType::ALTER_SUBSCRIPTION_ENABLED
+                    && PgList::<pg_sys::DefElem>::from_pg(alter.options)
+                        .iter_ptr()
+                        .any(|option| {
+                            !(*option).defname.is_null()
+                                && std::ffi::CStr::from_ptr((*option).defname) == c"enabled"
+                                && pg_sys::defGetBoolean(option)
+                        })
             }
             _ => false,
         }

@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 use pgrx::PgTryBuilder;
 
-use cosid_core::protocol::{Call, Kind, LeaseStore, Param, Readiness, Value};
+use cosid_core::protocol::{live_before, Call, Kind, LeaseStore, Param, Readiness, Value};
 use std::time::Duration;
 
 // PostgreSQL arms statement_timeout only for statements a client sends, never for SPI calls in a
@@ -124,7 +124,10 @@ impl LeaseStore for LocalStore {
 
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
         let call = call.clone();
+        let timeout_ms = self.timeout.as_millis() as u64;
         in_transaction(self.timeout, move |client| {
+            // Decided now, with the call about to run within its timeout.
+            let now_ms = crate::host::boottime_ms();
             let params: Vec<DatumWithOid> = call
                 .params
                 .iter()
@@ -133,6 +136,9 @@ impl LeaseStore for LocalStore {
                     Param::Int(number) => (*number).into(),
                     Param::BigInt(number) => (*number).into(),
                     Param::Bool(flag) => (*flag).into(),
+                    Param::LiveBefore(deadline_ms) => {
+                        live_before(*deadline_ms, now_ms, timeout_ms).into()
+                    }
                 })
                 .collect();
             let table = client

@@ -12,7 +12,7 @@
 //! own parse errors are not passed on, and every store error has the password masked.
 
 use cosid_core::conninfo::redact;
-use cosid_core::protocol::{Call, Kind, LeaseStore, Param, Readiness, Value};
+use cosid_core::protocol::{live_before, Call, Kind, LeaseStore, Param, Readiness, Value};
 use cosid_core::store_client::{
     passfile_password, quote, ClientIdentity, ClientOptions, PassfileKey, TlsCheck,
 };
@@ -296,10 +296,14 @@ impl RemoteStore {
     /// A session on host `index`, set up; `None` when the host is read-only.
     fn connect_to(&self, index: usize) -> Result<Option<Client>, String> {
         let config = &self.conninfo.hosts[index];
-        let limit = config
+        let mut limit = config
             .get_connect_timeout()
             .copied()
             .unwrap_or(self.timeout);
+        // At shutdown, the release must not wait for a whole connect timeout.
+        if (self.shutting_down)() {
+            limit = limit.min(self.timeout);
+        }
         let started = std::time::Instant::now();
         let client = if self.conninfo.tls == TlsCheck::None
             && config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable
@@ -317,17 +321,16 @@ impl RemoteStore {
              SET synchronous_commit = on",
             ms = self.timeout.as_millis().max(1)
         );
-        let left = limit
-            .saturating_sub(started.elapsed())
-            .max(Duration::from_millis(500));
-        self.bounded(left, client.batch_execute(&session))
+        // What is left of the host's time, and at least a little for each step.
+        let left = || {
+            let floor = Duration::from_millis(500).min(limit);
+            limit.saturating_sub(started.elapsed()).max(floor)
+        };
+        self.bounded(left(), client.batch_execute(&session))
             .map_err(|cut| cut.describe("the session set-up"))?
             .map_err(describe)?;
-        let left = limit
-            .saturating_sub(started.elapsed())
-            .max(Duration::from_millis(500));
         let rows = self
-            .bounded(left, client.query("SHOW transaction_read_only", &[]))
+            .bounded(left(), client.query("SHOW transaction_read_only", &[]))
             .map_err(|cut| cut.describe("the check for a writable host"))?
             .map_err(describe)?;
         let writable = rows
@@ -343,12 +346,6 @@ impl RemoteStore {
         T: MakeTlsConnect<Socket>,
         T::Stream: Send + 'static,
     {
-        // At shutdown, the release must not wait for a whole connect timeout.
-        let limit = if (self.shutting_down)() {
-            limit.min(self.timeout)
-        } else {
-            limit
-        };
         let connecting = config.connect(tls);
         let (client, connection) = self
             .bounded(limit, connecting)
@@ -363,11 +360,15 @@ impl RemoteStore {
     /// Runs a statement, connecting first if needed. Its error never holds the password, even
     /// where a server or a library quotes it.
     fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, String> {
-        self.query_unredacted(sql, params).map_err(|why| {
-            self.conninfo.hosts.iter().fold(why, |text, config| {
-                let password = config.get_password().unwrap_or_default();
-                redact(&text, &String::from_utf8_lossy(password))
-            })
+        self.query_unredacted(sql, params)
+            .map_err(|why| self.redacted(why))
+    }
+
+    /// The text with every host's password masked.
+    fn redacted(&self, text: String) -> String {
+        self.conninfo.hosts.iter().fold(text, |text, config| {
+            let password = config.get_password().unwrap_or_default();
+            redact(&text, &String::from_utf8_lossy(password))
         })
     }
 
@@ -420,6 +421,13 @@ impl LeaseStore for RemoteStore {
     }
 
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+        // Connected first: a parameter decided as the call is sent is decided once the hosts
+        // were tried.
+        if self.client.is_none() {
+            self.connect().map_err(|why| self.redacted(why))?;
+        }
+        let now_ms = crate::host::boottime_ms();
+        let round_trip_ms = self.timeout.as_millis() as u64;
         let params: Vec<Box<dyn ToSql + Sync>> = call
             .params
             .iter()
@@ -429,6 +437,9 @@ impl LeaseStore for RemoteStore {
                     Param::Int(number) => Box::new(*number),
                     Param::BigInt(number) => Box::new(*number),
                     Param::Bool(flag) => Box::new(*flag),
+                    Param::LiveBefore(deadline_ms) => {
+                        Box::new(live_before(*deadline_ms, now_ms, round_trip_ms))
+                    }
                 }
             })
             .collect();

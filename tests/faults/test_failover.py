@@ -10,7 +10,8 @@ with a synchronous standby. The scenario and its oracles are in helpers/failover
 import time
 import unittest
 
-from helpers.failover import SAFE_GUARD_S, STOPPED, FailoverScenario, print_results
+from helpers.failover import (LONG_SAFE_GUARD_S, LONG_TIMINGS, SAFE_GUARD_S, STOPPED,
+                              FailoverScenario, print_results)
 from helpers.fleet import start_store
 from helpers.leases import status
 from helpers.replication import HeldBack, fail_over, start_standby
@@ -37,7 +38,7 @@ class Failover(FailoverScenario, unittest.TestCase):
     def store_ports(self):
         return [self.primary.port, self.standby.port]
 
-    def held_back_failover(self, label, before_failover, after_s, expected=None):
+    def held_back_failover(self, label, before_failover, after_s, **options):
         """Replication is held back from just before `before_failover` until the primary has
         died: what the primary acknowledged meanwhile never reaches the standby."""
         held = []
@@ -49,8 +50,14 @@ class Failover(FailoverScenario, unittest.TestCase):
         def failover():
             fail_over(self.primary, self.standby)
             held[0].release()
-        return self.run_scenario(label, hold_then, failover, after_s,
-                                 **({"expected": expected} if expected else {}))
+        return self.run_scenario(label, hold_then, failover, after_s, **options)
+
+    def standby_row(self):
+        """The lease row as the standby has it: (instance id, whether it is expired)."""
+        rows = self.standby.rows("SELECT instance_id, state = 'claimed' AND "
+                                 "expires_at < clock_timestamp() FROM cosid.machine_lease")
+        self.assertEqual(len(rows), 1, rows)
+        return tuple(rows[0])
 
     def test_a_claim_the_promoted_standby_never_saw(self):
         # The holder renews for longer than its safe guard, then stops (its release reaches the
@@ -60,25 +67,32 @@ class Failover(FailoverScenario, unittest.TestCase):
         # store let it.
         def claim_on_the_primary_only(holder, claimer):
             time.sleep(SAFE_GUARD_S + 1)
+            holder_id = status(holder)["instance_id"]
             holder.stop()
             self.wait_state(claimer, "UP")
             time.sleep(1.0)
             holder.start()
+            # The hold-back worked: the standby knows neither the release nor the claim.
+            self.assertEqual(self.standby_row(), (holder_id, "t"))
         self.held_back_failover("lost release and claim (async)", claim_on_the_primary_only,
-                                SAFE_GUARD_S * 2 + 4, STOPPED)
+                                SAFE_GUARD_S * 2 + 4, expected=STOPPED)
 
     def test_renewals_the_promoted_standby_never_saw(self):
         # The holder renews for longer than its safe guard while replication is held back: the
         # promoted standby shows its lease expired, and the claimer would take it.
         def renew_on_the_primary_only(holder, claimer):
-            time.sleep(SAFE_GUARD_S + 1)
+            time.sleep(LONG_SAFE_GUARD_S + 1)
+            # The hold-back worked: the standby has the holder's lease expired.
+            self.assertEqual(self.standby_row(), (status(holder)["instance_id"], "t"))
         (holder, claimer), stopped_s = self.held_back_failover(
-            "lost renewals (async)", renew_on_the_primary_only, SAFE_GUARD_S + 4)
+            "lost renewals (async)", renew_on_the_primary_only, LONG_SAFE_GUARD_S + 4,
+            timings=LONG_TIMINGS)
         # The holder kept its lease: it renewed on the promoted store, since it was still
         # generating, and the claimer still has none.
         self.assertEqual(status(holder)["state"], "UP")
         self.assertNotEqual(status(claimer)["state"], "UP")
-        self.assertLess(stopped_s, SAFE_GUARD_S, "the holder stopped for a whole safe guard")
+        self.assertLess(stopped_s, LONG_SAFE_GUARD_S,
+                        "the holder stopped for a whole safe guard")
 
     def test_a_synchronous_standby_loses_nothing(self):
         (holder, _), _ = self.run_scenario(

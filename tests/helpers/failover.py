@@ -24,6 +24,11 @@ TIMINGS = {"cosid.safe_guard_duration": "'6s'", "cosid.guarder_delay": "'2s'",
 ONE_MACHINE_ID = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 0,
                   "cosid.sequence_bits": 12}
 EXPECTED = {"55P03", "53400"}
+# A 12 s safe guard, for a holder that must renew on the promoted store before its deadline:
+# 10.8 s after its last renewal, a renewal is judged live only if it ends before then, and the
+# promotion and the new connection take a few seconds under load.
+LONG_SAFE_GUARD_S = 12.0
+LONG_TIMINGS = {**TIMINGS, "cosid.safe_guard_duration": "'12s'"}
 # A server stopped by the scenario: its clients see it shut down.
 STOPPED = EXPECTED | {"57P01", "connection"}
 
@@ -44,11 +49,11 @@ class FailoverScenario:
     """A mixin of unittest.TestCase: `store_ports` (the store's hosts, in the order the servers
     list them) and `results` (the class's table) come from the test class."""
 
-    def cosid_server(self, name, port):
+    def cosid_server(self, name, port, timings=None):
         """A cosid server reaching the store through every host that can become its primary."""
         ports = self.store_ports()
         server = fleet_server(name, port, ",".join(str(p) for p in ports),
-                              extra={**TIMINGS, **ONE_MACHINE_ID},
+                              extra={**(timings or TIMINGS), **ONE_MACHINE_ID},
                               host=",".join(["127.0.0.1"] * len(ports)),
                               password_from="environment",
                               conninfo_extra="target_session_attrs=read-write")
@@ -62,12 +67,13 @@ class FailoverScenario:
                  f"{server.name} to be {state}:\n{server.log()[-1500:]}")
 
     def run_scenario(self, label, before_failover, failover, after_s, expected=EXPECTED,
-                     ports=(25420, 25430)):
-        """Clients on both servers; `before_failover(holder, claimer)`, `failover()`, `after_s`
-        seconds of generation; the oracles. Returns the servers and the stopped time."""
-        holder = self.cosid_server(f"{self.prefix}-holder", ports[0])
+                     timings=None, ports=(25420, 25430)):
+        """Clients on both servers (with `timings`, or TIMINGS); `before_failover(holder,
+        claimer)`, `failover()`, `after_s` seconds of generation; the oracles. Returns the
+        servers and the stopped time."""
+        holder = self.cosid_server(f"{self.prefix}-holder", ports[0], timings)
         self.wait_state(holder, "UP")
-        claimer = self.cosid_server(f"{self.prefix}-claimer", ports[1])
+        claimer = self.cosid_server(f"{self.prefix}-claimer", ports[1], timings)
         self.wait_state(claimer, "CLAIMING")
         servers = [holder, claimer]
         loads = {s.name: LoopingClients(s, clients=2, batch=200, batches_per_session=5)

@@ -693,9 +693,14 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         let sent_ms = self.env.monotonic_ms();
         self.next_renewal_ms = sent_ms + timing.guarder_delay_ms;
         let watermark_ms = timing.watermark_ms(self.env.unix_ms());
-        // Still generating under renewals some store acknowledged: a store that settles after
-        // a failover renews such a lease even where its copy shows it expired.
-        let holder_live = self.generator.is_open() && sent_ms < self.generator.deadline_ms();
+        // Whether the holder still generates under renewals some store acknowledged is decided
+        // by the store as it sends the call: a store that settles after a failover renews such
+        // a lease even where its copy shows it expired.
+        let live_until_ms = if self.generator.is_open() {
+            self.generator.deadline_ms()
+        } else {
+            0
+        };
         self.arm_store_timeout();
         let renewed = self.store.renew(
             &self.holder,
@@ -703,7 +708,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             held.token,
             timing.safe_guard_ms,
             watermark_ms,
-            holder_live,
+            live_until_ms,
         );
         let namespace = &self.holder.namespace;
         let machine_id = held.machine_id;
@@ -1477,19 +1482,36 @@ mod tests {
             session.env.advance(1_000);
             session.step();
         }
-        let live: Vec<_> = session
+        let deadlines: Vec<_> = session
             .store
             .calls_of("lease_renew")
             .iter()
-            .map(|call| call.params[6].clone())
+            .map(|call| match call.params[6] {
+                crate::protocol::Param::LiveBefore(deadline) => deadline,
+                ref other => panic!("not a deadline: {other:?}"),
+            })
             .collect();
-        // Renewed at 1 s (deadline 1 s + 3.6 s); the renewals at 2 to 4 s fail while the
-        // generator still runs; at 5 s its deadline (4.6 s) has passed.
-        let bools: Vec<_> = [true, true, true, true, false, false]
-            .into_iter()
-            .map(crate::protocol::Param::Bool)
+        // The claim's deadline (3.6 s), then the renewal's at 1 s (1 s + 3.6 s), then none once
+        // the lease was lost.
+        let claimed = START_MONO_MS + 3_600;
+        let renewed = START_MONO_MS + 1_000 + 3_600;
+        assert_eq!(
+            deadlines,
+            [claimed, renewed, renewed, renewed, renewed, renewed]
+        );
+        // What a store sending each call at once decides: the renewals at 2 to 4 s fail while
+        // the generator still runs; at 5 s its deadline (4.6 s) has passed.
+        let live: Vec<bool> = deadlines
+            .iter()
+            .enumerate()
+            .map(|(index, deadline)| {
+                let sent = START_MONO_MS + 1_000 * (index as u64 + 1);
+                crate::protocol::live_before(*deadline, sent, 0)
+            })
             .collect();
-        assert_eq!(live, bools);
+        assert_eq!(live, [true, true, true, true, false, false]);
+        // The last renewal found the lease lost: the holder generates nothing.
+        assert!(!shared.generator.is_open());
     }
 
     #[test]
