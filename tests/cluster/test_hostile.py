@@ -119,16 +119,17 @@ class Hostile(ClusterTest):
         refused = self.assert_refused("55006", store.query,
                                       f"SELECT cosid.lease_retire('cosid', {machine_id})")
         self.assertIn("is held", refused.message)
-        # A machine id released an hour ago, and one released just now.
+        # A machine id released an hour ago, and one released just now, written in this store
+        # (rows written elsewhere would make it settle first).
         store.query("""
             INSERT INTO cosid.machine_lease (namespace, machine_id, machine_bits, instance_id,
                 claim_token, stable, state, claimed_at, renewed_at, expires_at, safe_guard,
-                watermark_ms, claim_floor_ms, released_ms)
+                watermark_ms, claim_floor_ms, released_ms, written_in)
             SELECT 'old', m, 10, 'gone', 'x', false, 'released', now() - interval '2 hours',
                    now() - interval '1 hour', now() - interval '1 hour', interval '5 min',
                    (extract(epoch FROM now() - interval '55 min') * 1000)::bigint, 0,
                    (extract(epoch FROM now() - interval '1 hour') * 1000)
-                       ::bigint + m * 3600000
+                       ::bigint + m * 3600000, cosid.store_identity_now()
               FROM generate_series(0, 1) m""")
         self.assert_refused("42501", query_as, store, FLEET_ROLE,
                             "SELECT cosid.lease_retire('old', 0)", FLEET_PASSWORD)
