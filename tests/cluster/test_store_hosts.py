@@ -39,12 +39,15 @@ class StoreHosts(ClusterTest):
         self.assertLess(took_s, 15, f"leased after {took_s:.1f} s")
         # Its connection cut, the worker connects again through the silent host to the store.
         lease_worker = "application_name = 'cosid lease worker'"
-        self.assertEqual(store.query(
-            f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE {lease_worker}"),
-            "1")
+        cut = store.query(f"SELECT pid FROM pg_stat_activity WHERE {lease_worker}")
+        self.assertEqual(store.query(f"SELECT pg_terminate_backend({cut})"), "t")
         wait_for(lambda: store.query(
-            f"SELECT count(*) FROM pg_stat_activity WHERE {lease_worker}") == "1", 15,
-            "the lease worker to connect again")
+            f"SELECT count(*) FROM pg_stat_activity WHERE {lease_worker} AND pid <> {cut}")
+            == "1", 15, "the lease worker to connect again")
+        # And it renews through that connection.
+        renewed = store.query("SELECT renewed_at FROM cosid.machine_lease")
+        wait_for(lambda: store.query("SELECT renewed_at FROM cosid.machine_lease") != renewed,
+                 15, "a renewal through the new connection")
         wait_up(server, timeout=15)
 
     def test_a_standby_listed_first_is_passed_over(self):
