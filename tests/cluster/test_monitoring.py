@@ -3,12 +3,12 @@ nothing else of cosid, and see no lease error's text; cosid.status shows the loc
 the timings in force after a reload; CREATE EXTENSION outside cosid.database says where the
 leases live."""
 
-import subprocess
 import time
 import unittest
 
 from helpers.leases import FAST_LEASES, fake_claim, lease_cluster, status, wait_up
-from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, query_as, wait_for
+from helpers.pgcluster import (Cluster, ClusterTest, SqlError, free_port, query_as,
+                               server_says, wait_for)
 
 # What a member of pg_monitor may use in schema cosid; everything else there is refused.
 MONITOR_FUNCTIONS = {"cosid.generator_status()", "cosid.lease_rows()",
@@ -22,12 +22,7 @@ ALL_TABLE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TR
 def create_extension(cluster, db="postgres", before=""):
     """CREATE EXTENSION cosid in `db`, after the statements `before`; the NOTICE lines it
     printed."""
-    result = subprocess.run(
-        cluster.psql_command(db, "-At", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose",
-                             "-c", before + "CREATE EXTENSION cosid"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stderr
+    return server_says(cluster, before + "CREATE EXTENSION cosid", db)
 
 
 def deadline_row(cluster, role=None):

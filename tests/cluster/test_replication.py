@@ -4,13 +4,12 @@ and ALTER SUBSCRIPTION ... ENABLE warn so. The documented recipe, a publisher an
 subscriber that lease from one shared store, is run under concurrent inserts on both sides:
 every row arrives, none collides, and the apply worker reports no error."""
 
-import subprocess
 import threading
 import unittest
 
 from helpers.fleet import fleet_server, start_store
 from helpers.leases import FAST_LEASES, lease_cluster, wait_up
-from helpers.pgcluster import PG_MAJOR, ClusterTest, wait_for
+from helpers.pgcluster import PG_MAJOR, ClusterTest, server_says, wait_for
 
 UNCOORDINATED = "cosid's machine ids on this server are coordinated with no other server"
 WARNING = f"WARNING:  01000: {UNCOORDINATED}"
@@ -18,21 +17,11 @@ SUBSCRIBE = ("CREATE SUBSCRIPTION {name} CONNECTION 'host=127.0.0.1 port={port} 
              "PUBLICATION {publication} WITH ({options})")
 
 
-def run_verbose(cluster, sql, db="postgres"):
-    """Runs `sql` (one statement, outside a transaction block); what the server said on stderr."""
-    result = subprocess.run(
-        cluster.psql_command(db, "-At", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose",
-                             "-c", sql),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stderr
-
-
 class SubscriptionWarning(ClusterTest):
     def test_a_subscription_on_a_server_leasing_locally_warns(self):
         server = self.track(lease_cluster("replication-local", 25850))
         server.query("CREATE EXTENSION cosid")
-        said = run_verbose(server, SUBSCRIBE.format(
+        said = server_says(server, SUBSCRIBE.format(
             name="s", port=1, publication="p",
             options="connect = false, enabled = false, create_slot = false, slot_name = NONE"))
         self.assertIn(WARNING, said)
@@ -42,14 +31,14 @@ class SubscriptionWarning(ClusterTest):
                       "store (cosid.lease_store, same cosid.namespace), or give each a distinct "
                       "fixed machine id", said)
         # Disabling says nothing; enabling warns again (here it has no slot to start from).
-        self.assertNotIn(UNCOORDINATED, run_verbose(server, "ALTER SUBSCRIPTION s DISABLE"))
+        self.assertNotIn(UNCOORDINATED, server_says(server, "ALTER SUBSCRIPTION s DISABLE"))
         server.query("ALTER SUBSCRIPTION s SET (slot_name = 's')")
-        self.assertIn(WARNING, run_verbose(server, "ALTER SUBSCRIPTION s ENABLE"))
-        run_verbose(server, "ALTER SUBSCRIPTION s DISABLE")
+        self.assertIn(WARNING, server_says(server, "ALTER SUBSCRIPTION s ENABLE"))
+        server_says(server, "ALTER SUBSCRIPTION s DISABLE")
         server.query("ALTER SUBSCRIPTION s SET (slot_name = NONE)")
         server.query("DROP SUBSCRIPTION s")
         # Other statements of every database pass through without a word.
-        self.assertEqual(run_verbose(server, "CREATE TABLE quiet (id bigint)"), "")
+        self.assertEqual(server_says(server, "CREATE TABLE quiet (id bigint)"), "")
 
     def test_no_warning_with_a_fixed_machine_id_or_a_shared_store(self):
         manual = self.track(lease_cluster("replication-manual", 25855,
@@ -60,7 +49,7 @@ class SubscriptionWarning(ClusterTest):
         shared.start()
         for server in (manual, shared):
             server.query("CREATE EXTENSION cosid")
-            said = run_verbose(server, SUBSCRIBE.format(
+            said = server_says(server, SUBSCRIBE.format(
                 name="s", port=1, publication="p",
                 options="connect = false, enabled = false, create_slot = false, "
                         "slot_name = NONE"))
@@ -92,7 +81,7 @@ class SharedStoreRecipe(ClusterTest):
         return servers
 
     def subscribe(self, subscriber, publisher, options):
-        said = run_verbose(subscriber, SUBSCRIBE.format(
+        said = server_says(subscriber, SUBSCRIBE.format(
             name="events_sub", port=publisher.port, publication="events_pub", options=options))
         self.assertNotIn(UNCOORDINATED, said)
         wait_for(lambda: subscriber.query(

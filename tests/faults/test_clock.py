@@ -11,11 +11,11 @@ import time
 import unittest
 
 from helpers.clients import copy_ids, duplicates, run_session
+from helpers.failover import ONE_MACHINE_ID
 from helpers.faults import fake_clock, set_clock_offset
 from helpers.leases import FAST_LEASES, status, try_next, ts_ms_of, wait_up
 from helpers.pgcluster import Cluster, SqlError, free_port, query_as, wait_for
 
-ONE_MACHINE_ID = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.sequence_bits": 12}
 
 
 def first_id_after_refusals(test, cluster, timeout_s, behind_what):

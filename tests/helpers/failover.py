@@ -21,8 +21,8 @@ from .pgcluster import wait_for
 SAFE_GUARD_S = 6.0
 TIMINGS = {"cosid.safe_guard_duration": "'6s'", "cosid.guarder_delay": "'2s'",
            "cosid.guarder_initial_delay": "'2s'"}
-ONE_MACHINE_ID = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 0,
-                  "cosid.sequence_bits": 12}
+# One machine id for two servers.
+ONE_MACHINE_ID = {"cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.sequence_bits": 12}
 EXPECTED = {"55P03", "53400"}
 # A 12 s safe guard, for a holder that must renew on the promoted store before its deadline:
 # 10.8 s after its last renewal, a renewal is judged live only if it ends before then, and the

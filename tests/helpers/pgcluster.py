@@ -456,6 +456,17 @@ def conf_string(value):
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def server_says(cluster, sql, db="postgres"):
+    """Runs `sql` (outside a transaction block), which must succeed; what the server said on
+    stderr (its NOTICEs and WARNINGs, verbose)."""
+    result = subprocess.run(
+        cluster.psql_command(db, "-At", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose",
+                             "-c", sql),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
 def wait_for_answer(cluster, sql, allowed, timeout=30):
     """The rows of `sql` once it answers; until then it may fail only with the SQLSTATEs in
     `allowed` (a generator just created is not known yet, or has no lease yet)."""
