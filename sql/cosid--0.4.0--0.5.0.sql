@@ -16,7 +16,8 @@
 -- have forgotten claims, renewals and releases it acknowledged (cosid.store_settles_at()). The
 -- identity it has now is recorded as settled, and the rows as written in it: an update in
 -- place forgets nothing (a 0.4.0 store restored from a dump is not told apart: see
--- docs/upgrading.md). Servers of
+-- docs/upgrading.md). A row that pg_restore brings for a machine id the store has a row of is
+-- merged into it (cosid.machine_lease_merge()) instead of failing the COPY. Servers of
 -- 0.5.0 claim and renew through the new forms (lease_claim with p_knows_settling, lease_renew
 -- with p_holder_live) and need this store; servers of 0.1.0 to 0.4.0 keep claiming, renewing
 -- and releasing through the old forms, which follow the same rule. Everything it creates is
@@ -175,6 +176,50 @@ UPDATE cosid.machine_lease SET written_in = cosid.store_identity_now();
 -- This store, updated in place, forgot nothing.
 INSERT INTO cosid.store_identity (identity, seen_at, settles)
     SELECT cosid.store_identity_now(), pg_catalog.clock_timestamp(), false;
+
+-- A restored row that meets the row of its machine id: pg_restore copying the rows into a
+-- database where CREATE EXTENSION cosid already ran and the lease worker claimed (as the Quick
+-- start does), or where the worker claimed between the restore's CREATE EXTENSION and its COPY.
+-- Failing the COPY on the key would lose every row it carries, so the restored row is merged
+-- into the row it meets instead: the claim the store handed out since stays, and its watermark
+-- and floors rise to what the restored row says was issued; the row then counts as written
+-- elsewhere, so that the store settles (cosid.store_settles_at()). Rows of two id layouts are
+-- not merged: the COPY is refused with what to do, and nothing is changed. The protocol's own
+-- inserts are written in this store and go on to their ON CONFLICT.
+CREATE FUNCTION cosid.machine_lease_merge()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_held  cosid.machine_lease;
+    v_floor bigint := cosid.lease_next_floor_ms(NEW);
+BEGIN
+    SELECT * INTO v_held FROM cosid.machine_lease l
+     WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id FOR UPDATE;
+    IF NOT FOUND OR NEW.written_in = cosid.store_identity_now() THEN
+        RETURN NEW;
+    END IF;
+    IF v_held.layout <> '' AND NEW.layout <> '' AND v_held.layout <> NEW.layout THEN
+        RAISE EXCEPTION 'a restored cosid lease of machine id % of namespace "%" has another id layout', NEW.machine_id, NEW.namespace
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('The restored row says "%s"; this store''s row, claimed since, says "%s". Ids of two layouts can coincide, so the rows cannot be merged; nothing was changed.', NEW.layout, v_held.layout),
+                  HINT = 'Restore into a database that no server leases from yet: create it afresh, restore, and only then point cosid.database (or cosid.lease_store) at it.';
+    END IF;
+    UPDATE cosid.machine_lease l
+       SET watermark_ms = greatest(l.watermark_ms, NEW.watermark_ms, v_floor),
+           claim_floor_ms = greatest(l.claim_floor_ms, v_floor),
+           released_ms = CASE WHEN l.released_ms IS NOT NULL
+                              THEN greatest(l.released_ms, v_floor) END,
+           safe_guard = greatest(l.safe_guard, NEW.safe_guard),
+           written_in = NEW.written_in
+     WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER machine_lease_merge BEFORE INSERT ON cosid.machine_lease
+    FOR EACH ROW EXECUTE FUNCTION cosid.machine_lease_merge();
 
 -- Claims a machine id for an instance, in CosId's order: the lease it already holds, a released
 -- one, a never-used one, then an expired one; released and expired ones whose watermark is
@@ -602,11 +647,13 @@ AS $$ SELECT '0.5.0'::text $$;
 ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.machine_lease_merge() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) OWNER TO cosid_lease_owner;
 
 REVOKE ALL ON TABLE cosid.store_identity FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.store_identity_now(), cosid.store_settles_at(bigint),
+    cosid.machine_lease_merge(),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
@@ -621,3 +668,4 @@ COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint,
 COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: the renewal as servers of cosid 0.1.0 to 0.4.0 call it.';
 COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
 COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore), NULL when it need not; and its identity now.';
+COMMENT ON FUNCTION cosid.machine_lease_merge() IS 'Trigger of cosid.machine_lease: merges a restored row (pg_restore) into the row its machine id already has, keeping the higher watermark, instead of failing the COPY; refuses rows of another id layout.';

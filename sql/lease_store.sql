@@ -268,6 +268,50 @@ CREATE TRIGGER machine_lease_guard BEFORE UPDATE OR DELETE ON cosid.machine_leas
 CREATE TRIGGER machine_lease_no_truncate BEFORE TRUNCATE ON cosid.machine_lease
     FOR EACH STATEMENT EXECUTE FUNCTION cosid.machine_lease_guard();
 
+-- A restored row that meets the row of its machine id: pg_restore copying the rows into a
+-- database where CREATE EXTENSION cosid already ran and the lease worker claimed (as the Quick
+-- start does), or where the worker claimed between the restore's CREATE EXTENSION and its COPY.
+-- Failing the COPY on the key would lose every row it carries, so the restored row is merged
+-- into the row it meets instead: the claim the store handed out since stays, and its watermark
+-- and floors rise to what the restored row says was issued; the row then counts as written
+-- elsewhere, so that the store settles (cosid.store_settles_at()). Rows of two id layouts are
+-- not merged: the COPY is refused with what to do, and nothing is changed. The protocol's own
+-- inserts are written in this store and go on to their ON CONFLICT.
+CREATE FUNCTION cosid.machine_lease_merge()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_held  cosid.machine_lease;
+    v_floor bigint := cosid.lease_next_floor_ms(NEW);
+BEGIN
+    SELECT * INTO v_held FROM cosid.machine_lease l
+     WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id FOR UPDATE;
+    IF NOT FOUND OR NEW.written_in = cosid.store_identity_now() THEN
+        RETURN NEW;
+    END IF;
+    IF v_held.layout <> '' AND NEW.layout <> '' AND v_held.layout <> NEW.layout THEN
+        RAISE EXCEPTION 'a restored cosid lease of machine id % of namespace "%" has another id layout', NEW.machine_id, NEW.namespace
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('The restored row says "%s"; this store''s row, claimed since, says "%s". Ids of two layouts can coincide, so the rows cannot be merged; nothing was changed.', NEW.layout, v_held.layout),
+                  HINT = 'Restore into a database that no server leases from yet: create it afresh, restore, and only then point cosid.database (or cosid.lease_store) at it.';
+    END IF;
+    UPDATE cosid.machine_lease l
+       SET watermark_ms = greatest(l.watermark_ms, NEW.watermark_ms, v_floor),
+           claim_floor_ms = greatest(l.claim_floor_ms, v_floor),
+           released_ms = CASE WHEN l.released_ms IS NOT NULL
+                              THEN greatest(l.released_ms, v_floor) END,
+           safe_guard = greatest(l.safe_guard, NEW.safe_guard),
+           written_in = NEW.written_in
+     WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER machine_lease_merge BEFORE INSERT ON cosid.machine_lease
+    FOR EACH ROW EXECUTE FUNCTION cosid.machine_lease_merge();
+
 -- Claims a machine id for an instance, in CosId's order: the lease it already holds, a released
 -- one, a never-used one, then an expired one; released and expired ones whose watermark is
 -- ahead of the claimer's clock (p_watermark_ms - p_safe_guard_ms) come last, so that one
@@ -744,6 +788,7 @@ ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.unix_ms(timestamptz) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_guard() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.machine_lease_merge() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint) OWNER TO cosid_lease_owner;
@@ -759,7 +804,8 @@ ALTER FUNCTION cosid.lease_namespace_layout(text) OWNER TO cosid_lease_owner;
 REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.store_identity,
     cosid.leases FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
-    cosid.machine_lease_guard(), cosid.store_identity_now(), cosid.store_settles_at(bigint),
+    cosid.machine_lease_guard(), cosid.machine_lease_merge(), cosid.store_identity_now(),
+    cosid.store_settles_at(bigint),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),

@@ -47,6 +47,7 @@ COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint,
 COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: the renewal as servers of cosid 0.1.0 to 0.4.0 call it.';
 COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
 COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore), NULL when it need not; and its identity now.';
+COMMENT ON FUNCTION cosid.machine_lease_merge() IS 'Trigger of cosid.machine_lease: merges a restored row (pg_restore) into the row its machine id already has, keeping the higher watermark, instead of failing the COPY; refuses rows of another id layout.';
 COMMENT ON FUNCTION cosid.lease_release(text, integer, text, text, bigint) IS 'Lease protocol: releases a lease with the exact last timestamp the holder issued; true if the lease was still the holder''s.';
 COMMENT ON FUNCTION cosid.lease_retire(text, integer) IS 'Deletes the lease rows of a machine id, or of a whole namespace, no longer used, so that it counts as never used; refused while a lease is held or its watermark is less than a minute old. Superusers only.';
 COMMENT ON FUNCTION cosid.lease_namespace_layout(text) IS 'The id layout a namespace of the lease table keeps; NULL for a namespace without one.';

@@ -481,18 +481,24 @@ pub(super) fn unknown_generator(quoted: &str) -> CosidError {
                 .collect()
         })
         .unwrap_or_else(|_| vec![DEFAULT_NAME.to_string()]);
-    CosidError::new(
+    let error = CosidError::new(
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
         format!("cosid generator {quoted} does not exist"),
-    )
-    .hint(match settings::server() {
-        Some(settings) => format!(
-            "The generators of this server are: {}. Create one with cosid_create_generator() in database \"{}\"; it is usable everywhere within about a second.",
-            names.join(", "),
-            settings.database
-        ),
-        None => "Only the default generator exists while cosid is not loaded via \"shared_preload_libraries\".".to_string(),
-    })
+    );
+    match settings::server() {
+        // A database restored from another server's dump calls the generators it used there.
+        Some(settings) => error
+            .detail(format!(
+                "Named generators are defined in cosid.database of each server (\"{}\" on this one), not in the databases that use them: a dump of another database does not carry them.",
+                settings.database
+            ))
+            .hint(format!(
+                "The generators of this server are: {}. Create one with cosid_create_generator() in database \"{}\"; it is usable everywhere within about a second.",
+                names.join(", "),
+                settings.database
+            )),
+        None => error.hint("Only the default generator exists while cosid is not loaded via \"shared_preload_libraries\"."),
+    }
 }
 
 fn already_exists(name: &str) -> CosidError {

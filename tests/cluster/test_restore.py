@@ -1,0 +1,159 @@
+"""Restoring cosid.database with pg_restore, as an operator does it, keeps every lease row: into a
+database where `CREATE EXTENSION cosid` already ran and the lease worker holds a machine id (the
+Quick start, then the restore), and with the worker claiming between the restore's
+`CREATE EXTENSION` and its `COPY`. A restored row that meets a row of the same machine id is
+merged into it (the higher watermark); nothing else changes. And the generator of a dump of an
+application database restored on another server says, when first used, where named generators
+live."""
+
+import subprocess
+
+from helpers.leases import FAST_LEASES, lease_cluster, try_next, wait_up
+from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port,
+                               wait_for)
+
+ROWS = ("SELECT machine_id, instance_id, claim_token, state, watermark_ms, written_in "
+        "FROM cosid.machine_lease WHERE namespace = 'cosid' ORDER BY machine_id")
+# How far ahead of the clock the dumped watermark of machine id 0 is: further than the holder
+# that claims it afresh writes its own.
+AHEAD_MS = 8000
+
+
+def restore(cluster, dump, db, *options):
+    """pg_restore into `db`, as an operator runs it: (exit code, what it said)."""
+    result = subprocess.run(
+        as_postgres([PG_BIN / "pg_restore", "-h", "127.0.0.1", "-p", cluster.port, "-U",
+                     "postgres", "-d", db, *options, dump]),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    return result.returncode, result.stdout
+
+
+class Restore(ClusterTest):
+    def dump_of_a_used_store(self, cluster):
+        """A dump of database "source" of `cluster`, whose lease table holds rows of machine ids
+        0 to 2 as three other servers left them (machine id 0 with a watermark far ahead), and
+        the rows it holds."""
+        # cosid.status is in every database with the extension.
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("CREATE DATABASE source")
+        cluster.query("CREATE EXTENSION cosid", db="source")
+        for instance in ("gone-0", "gone-1", "gone-2"):
+            cluster.query(
+                "SELECT outcome FROM cosid.lease_claim('cosid', 10, "
+                f"'{instance}', false, 4000, 't-{instance}', 0)", db="source")
+        cluster.query("UPDATE cosid.machine_lease SET watermark_ms = "
+                      f"cosid.unix_ms(clock_timestamp()) + {AHEAD_MS} "
+                      "WHERE machine_id = 0", db="source")
+        dump = cluster.base / "source.dump"
+        subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
+                                    "-U", "postgres", "-Fc", "-f", dump, "source"]),
+                       check=True)
+        return dump, cluster.rows(ROWS, db="source")
+
+    def assert_every_row_kept(self, cluster, dumped, holder):
+        rows = cluster.rows(ROWS, db="appdb")
+        self.assertEqual([row[0] for row in rows], ["0", "1", "2"], rows)
+        # Machine id 0 stays with the server that holds it, under the dumped watermark.
+        self.assertEqual(rows[0][1], holder)
+        self.assertGreaterEqual(int(rows[0][4]), int(dumped[0][4]))
+        # The others are as they were dumped.
+        self.assertEqual(rows[1][:5], dumped[1][:5])
+        self.assertEqual(rows[2][:5], dumped[2][:5])
+        # The server keeps generating, on the machine id it holds.
+        self.assertIsNotNone(try_next(cluster)[0])
+        # The rows came from elsewhere: the store settles, so that no machine id is handed out
+        # as released, new or expired before a safe guard has passed.
+        wait_for(lambda: cluster.query("SELECT settles FROM cosid.store_identity",
+                                       db="appdb") == "t", 10, "the store to settle")
+
+    def test_restore_into_a_database_whose_server_already_claimed(self):
+        cluster = self.track(lease_cluster("restore-after", 25960, **{
+            "cosid.database": "'appdb'"}))
+        dump, dumped = self.dump_of_a_used_store(cluster)
+        # The Quick start: the database, the extension, and the worker claims machine id 0.
+        cluster.query("CREATE DATABASE appdb")
+        cluster.query("CREATE EXTENSION cosid", db="appdb")
+        holder = wait_up(cluster)["instance_id"]
+        code, said = restore(cluster, dump, "appdb")
+        self.assertEqual(code, 0, said)
+        self.assert_every_row_kept(cluster, dumped, holder)
+
+    def test_restore_while_the_worker_claims_between_create_extension_and_copy(self):
+        cluster = self.track(lease_cluster("restore-between", 25965, **{
+            "cosid.database": "'appdb'"}))
+        dump, dumped = self.dump_of_a_used_store(cluster)
+        cluster.query("CREATE DATABASE appdb")
+        code, said = restore(cluster, dump, "appdb", "--section=pre-data", "--exit-on-error")
+        self.assertEqual(code, 0, said)
+        # The restore's CREATE EXTENSION ran: the worker claims before the rows are copied.
+        holder = wait_up(cluster)["instance_id"]
+        for section in ("data", "post-data"):
+            code, said = restore(cluster, dump, "appdb", f"--section={section}",
+                                 "--exit-on-error")
+            self.assertEqual(code, 0, said)
+        self.assert_every_row_kept(cluster, dumped, holder)
+        # The next holder of machine id 0 waits for the dumped watermark: released at a clean
+        # shutdown, the row keeps it, and the server claims again.
+        cluster.restart()
+        floor = cluster.query("SELECT cosid.lease_next_floor_ms(l) FROM cosid.machine_lease l "
+                              "WHERE machine_id = 0", db="appdb")
+        self.assertGreaterEqual(int(floor), int(dumped[0][4]))
+        wait_up(cluster, timeout=30)
+
+    def test_an_application_database_restored_elsewhere_says_where_its_generators_live(self):
+        cluster = self.track(lease_cluster("restore-app", 25970))
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        cluster.query("SELECT cosid_create_generator('orders_id', 'millisecond', "
+                      "namespace => 'orders')")
+        cluster.query("CREATE DATABASE app")
+        cluster.query("CREATE EXTENSION cosid", db="app")
+        cluster.query("CREATE TABLE orders (id bigint PRIMARY KEY "
+                      "DEFAULT cosid_next('orders_id'), note text)", db="app")
+        dump = cluster.base / "app.dump"
+        subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
+                                    "-U", "postgres", "-Fc", "-f", dump, "app"]), check=True)
+        # Another server, whose cosid.database has no such generator.
+        elsewhere = self.track(Cluster("restore-elsewhere", free_port(25975),
+                                       dict(FAST_LEASES)).init())
+        elsewhere.start()
+        elsewhere.query("CREATE EXTENSION cosid")
+        elsewhere.query("CREATE DATABASE app")
+        code, said = restore(elsewhere, dump, "app", "--exit-on-error")
+        self.assertEqual(code, 0, said)
+        # pg_restore shows no NOTICE (it sets client_min_messages to warning): the first use
+        # of the generator says it.
+        wait_up(elsewhere)
+        with self.assertRaises(SqlError) as refused:
+            elsewhere.query("INSERT INTO orders (note) VALUES ('x')", db="app")
+        self.assertEqual(refused.exception.sqlstate, "42704")
+        said = refused.exception.stderr
+        self.assertIn('cosid generator "orders_id" does not exist', said)
+        self.assertIn('Named generators are defined in cosid.database of each server '
+                      '("postgres" on this one)', said)
+        self.assertIn("a dump of another database does not carry them", said)
+
+    def test_a_restored_row_of_another_layout_is_refused_and_nothing_changes(self):
+        cluster = self.track(lease_cluster("restore-layout", 25980, **{
+            "cosid.database": "'appdb'"}))
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("CREATE DATABASE source")
+        cluster.query("CREATE EXTENSION cosid", db="source")
+        cluster.query("SELECT outcome FROM cosid.lease_claim('cosid', 10, 'gone', false, 4000, "
+                      "'t-gone', 0, 'epoch 0 ms, second, 31/10/22 bits', true)", db="source")
+        dump = cluster.base / "source.dump"
+        subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
+                                    "-U", "postgres", "-Fc", "-f", dump, "source"]),
+                       check=True)
+        cluster.query("CREATE DATABASE appdb")
+        cluster.query("CREATE EXTENSION cosid", db="appdb")
+        wait_up(cluster)
+        before = cluster.rows(ROWS, db="appdb")
+        code, said = restore(cluster, dump, "appdb")
+        self.assertNotEqual(code, 0, said)
+        self.assertIn('a restored cosid lease of machine id 0 of namespace "cosid" has another '
+                      "id layout", said)
+        self.assertIn("Restore into a database that no server leases from yet", said)
+        # The holder's row only went on being renewed (its watermark rises).
+        self.assertEqual([row[:4] + row[5:] for row in cluster.rows(ROWS, db="appdb")],
+                         [row[:4] + row[5:] for row in before])
