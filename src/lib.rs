@@ -26,6 +26,14 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: PostgreSQL sets this flag while it loads shared_preload_libraries, before it forks
     // any process; reading it is a plain read of a global.
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    // SAFETY: the postmaster sets this flag from its options (pg_upgrade's -b) before it loads
+    // any library, and every process it forks inherits it; reading it is a plain read.
+    let binary_upgrade = unsafe { pg_sys::IsBinaryUpgrade };
+    if binary_upgrade {
+        if let Err(why) = local_state::mark_upgraded() {
+            CosidError::prerequisite(format!("cosid: {why}")).log(PgLogLevel::WARNING);
+        }
+    }
     settings::init(preloading);
     if !preloading {
         return;
@@ -42,12 +50,18 @@ pub extern "C-unwind" fn _PG_init() {
         .detail(why.detail())
         .hint(why.hint())
         .log(PgLogLevel::WARNING),
+        // pg_upgrade runs the server only to read or write its catalog: nothing is leased.
+        _ if binary_upgrade => {}
         settings::MachineSource::Leased(_) => worker::lease::register(),
         settings::MachineSource::Fixed(_) => {
             worker::state::register();
             worker::named::register();
         }
     }
-    sql::install_drop_guard();
+    // pg_upgrade drops and creates the new cluster's empty databases, cosid.database too, then
+    // copies the old cluster's files over them: there is nothing to guard.
+    if !binary_upgrade {
+        sql::install_drop_guard();
+    }
     shmem::init();
 }

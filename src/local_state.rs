@@ -6,13 +6,45 @@
 //!
 //! No file means no floor (the first start). A file that cannot be read exactly means an unknown
 //! floor: the callers refuse to generate (fixed machine id) or to claim (stable instance), and
-//! nothing writes over it.
+//! nothing writes over it. So does a missing file in a data directory that pg_upgrade made,
+//! since pg_upgrade copies no file of ours: `cosid.upgraded` says so (`mark_upgraded`).
 
 use crate::host::{boottime_ms, unix_ms_now};
 use cosid_core::layout::Layout;
 use cosid_core::state_file::{StateRecord, Written};
 
 const STATE_FILE: &str = "cosid.state";
+
+/// Left in a data directory by a server that pg_upgrade runs, whose state files pg_upgrade does
+/// not copy: while it is there, a missing state file is an unknown floor, not a first start.
+pub const UPGRADE_MARKER: &str = "cosid.upgraded";
+
+/// Marks the data directory of a server in binary-upgrade mode (pg_upgrade loads the library
+/// into the new cluster to check it, and preloads it into both clusters when their settings
+/// say so). A directory that already has a state file is the old cluster's, or was dealt with.
+pub fn mark_upgraded() -> Result<(), String> {
+    let has_state = std::fs::read_dir(".")
+        .map_err(|why| format!("could not read the data directory: {why}"))?
+        .filter_map(Result::ok)
+        .any(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name == STATE_FILE || name.starts_with(&format!("{STATE_FILE}."))
+        });
+    if has_state || std::path::Path::new(UPGRADE_MARKER).exists() {
+        return Ok(());
+    }
+    let note = "This data directory was made by pg_upgrade, which does not copy cosid's state \
+                files (cosid.state and cosid.state.*). Copy them from the old data directory, \
+                then delete this file (see docs/upgrading.md).\n";
+    std::fs::write(UPGRADE_MARKER, note)
+        .map_err(|why| format!("could not write \"{}\": {why}", path(UPGRADE_MARKER)))
+}
+
+/// Whether `file` is missing from a data directory that pg_upgrade made.
+pub fn missing_after_upgrade(file: &str) -> bool {
+    !std::path::Path::new(file).exists() && std::path::Path::new(UPGRADE_MARKER).exists()
+}
 
 /// The state file of a named generator's namespace (`None`: the default generator's),
 /// `cosid.state.<namespace in hex>`: hex, so that any namespace makes a plain file name.
@@ -107,7 +139,18 @@ pub fn path(file: &str) -> String {
 pub fn read(file: &str) -> Result<Option<StateRecord>, Unusable> {
     let content = match std::fs::read(file) {
         Ok(content) => content,
-        Err(why) if why.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(why) if why.kind() == std::io::ErrorKind::NotFound => {
+            if !std::path::Path::new(UPGRADE_MARKER).exists() {
+                return Ok(None);
+            }
+            return Err(Unusable {
+                file: file.to_string(),
+                reason: format!(
+                    "is missing, and \"{UPGRADE_MARKER}\" says that pg_upgrade made this data \
+                     directory: the floor is in the old one's"
+                ),
+            });
+        }
         Err(why) => {
             return Err(Unusable {
                 file: file.to_string(),

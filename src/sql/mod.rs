@@ -944,10 +944,27 @@ fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
          crash from being issued again, so namespace \"{}\" generates no id without it.",
             slot.namespace()
         ))
-        .hint(format!(
-            "Restore the file from a backup of the data directory. Or, once you are sure this \
-         server's clock is past the timestamp of every id it issued, {then}."
-        ))
+        .hint(
+            if crate::local_state::missing_after_upgrade(&state_file_of(slot)) {
+                let then = if leased {
+                    ": the background worker then claims a machine id within a second"
+                } else {
+                    ", and restart the server"
+                };
+                format!(
+                "Copy cosid.state and cosid.state.* from the data directory pg_upgrade upgraded \
+             from into this one{then}; then delete {marker}. If that directory is lost, delete \
+             {marker} once you are sure this server's clock is past the timestamp of every id \
+             the old server issued.",
+                marker = crate::local_state::UPGRADE_MARKER
+            )
+            } else {
+                format!(
+                "Restore the file from a backup of the data directory. Or, once you are sure this \
+             server's clock is past the timestamp of every id it issued, {then}."
+            )
+            },
+        )
 }
 
 fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError {

@@ -80,7 +80,7 @@ class Cluster:
     """One PostgreSQL server: its data directory, settings, log and process."""
 
     def __init__(self, name, port, settings=None, preload=True, env=None, durable=False,
-                 bin_dir=PG_BIN):
+                 bin_dir=PG_BIN, initdb_options=()):
         self.name = name
         self.port = port
         self.base = CLUSTERS / name
@@ -91,8 +91,9 @@ class Cluster:
         self.env = dict(env or {})
         # Tests turn durability off for speed; benchmarks keep PostgreSQL's defaults.
         self.durable = durable
-        # The PostgreSQL programs of this server.
+        # The PostgreSQL programs of this server, and what its initdb is told beyond ours.
         self.bin = bin_dir
+        self.initdb_options = list(initdb_options)
         MADE.append(self)
 
     def server_env(self):
@@ -109,7 +110,8 @@ class Cluster:
         chown_to_postgres(self.base)
         result = subprocess.run(
             as_postgres([self.bin / "initdb", "-D", self.data, "-U", "postgres",
-                         "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"]),
+                         "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C",
+                         *self.initdb_options]),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"{self.name}: initdb failed ({result.returncode}):\n"

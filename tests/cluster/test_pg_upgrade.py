@@ -1,0 +1,155 @@
+"""pg_upgrade of servers with cosid, for real: PostgreSQL 15 to 16 and 16 to 18 (the set-up
+installs all three; the module runs in the PostgreSQL 15 job only). pg_upgrade copies the
+databases, with the lease rows and the generators' definitions, but no file of ours, and a
+server with a fixed machine id keeps its floor in `cosid.state` and `cosid.state.<namespace>`
+of the data directory. The old server's clock runs ahead, so that its last ids are ahead of the
+new server's clock: without the files, the upgraded server refuses (55000, naming the file);
+with them copied as docs/upgrading.md says, it issues ids above every id issued before the
+upgrade."""
+
+import shutil
+import subprocess
+import unittest
+from pathlib import Path
+
+from helpers.faults import fake_clock
+from helpers.pgcluster import (PG_MAJOR, ROOT, Cluster, ClusterTest, SqlError, as_postgres,
+                               chown_to_postgres, free_port, wait_for_answer)
+
+# How far ahead of the new server's clock the old server's was: its last ids are that far in
+# the new server's future.
+AHEAD_S = 5.0
+FIXED = {"cosid.distributor": "manual", "cosid.machine_id": 5}
+IDS_PER_GENERATOR = 3000
+STATE_FILES = ("cosid.state", "cosid.state." + b"orders".hex())
+
+
+def pg_config(version, what):
+    program = subprocess.check_output([ROOT / "scripts" / "pg-config.sh", str(version)],
+                                      text=True).strip()
+    if not Path(program).exists():
+        raise unittest.SkipTest(f"PostgreSQL {version} is not installed: run scripts/setup.sh")
+    return Path(subprocess.check_output([program, what], text=True).strip())
+
+
+def bin_dir(version):
+    # make test installs cosid for every tested version before the suite; make quick only for
+    # its own.
+    if not (pg_config(version, "--pkglibdir") / "cosid.so").exists():
+        raise unittest.SkipTest(f"cosid is not installed for PostgreSQL {version}: "
+                                f"make install PG={version}")
+    return pg_config(version, "--bindir")
+
+
+def initdb_options(version):
+    # PostgreSQL 18's initdb turns data checksums on, and pg_upgrade needs both clusters alike.
+    return ["--no-data-checksums"] if version >= 18 else []
+
+
+def ids(cluster, generator):
+    call = "cosid_next()" if generator == "default" else f"cosid_next('{generator}')"
+    return [int(value) for value in cluster.query(
+        f"SELECT {call} FROM generate_series(1, {IDS_PER_GENERATOR})").split()]
+
+
+@unittest.skipIf(PG_MAJOR != 15, "pg_upgrade from 15 to 16 and 16 to 18 runs in the 15 job")
+class PgUpgrade(ClusterTest):
+    def old_server(self, version, port):
+        """A server of `version` with a fixed machine id and a named generator, whose clock runs
+        AHEAD_S ahead; the ids it issued, by generator, once it is stopped."""
+        name = f"pg-upgrade-{version}"
+        env = fake_clock(Path(f"/tmp/cosid-{name}-clock"), AHEAD_S)
+        old = self.track(Cluster(name, free_port(port), FIXED, env=env,
+                                 bin_dir=bin_dir(version),
+                                 initdb_options=initdb_options(version)).init())
+        old.start()
+        old.query("CREATE EXTENSION cosid")
+        old.query("SELECT cosid_create_generator('orders', 'millisecond', namespace => 'orders')")
+        wait_for_answer(old, "SELECT cosid_next('orders')", ("55P03", "42704"))
+        issued = {generator: ids(old, generator) for generator in ("default", "orders")}
+        if old.query("SELECT count(*) FROM pg_attribute WHERE attrelid >= 16384 "
+                     "AND attoptions::text LIKE '%pg_attver=%'") != "0":
+            # PostgreSQL 15.20 gives every column the option pg_attver, which the 16.14 here
+            # does not know: its pg_upgrade fails on any table, cosid's or not ("unrecognized
+            # parameter"). The old cluster's user tables are cleared of it.
+            old.query("UPDATE pg_attribute SET attoptions = (SELECT array_agg(o) FROM "
+                      "unnest(attoptions) o WHERE o NOT LIKE 'pg_attver=%') "
+                      "WHERE attrelid >= 16384 AND attoptions::text LIKE '%pg_attver=%'")
+        old.stop()
+        for file in STATE_FILES:
+            self.assertTrue((old.data / file).exists(), file)
+        return old, issued
+
+    def upgrade(self, old, new_version, port, preload_while_upgrading):
+        """pg_upgrade of `old` into a new cluster of `new_version` (cosid preloaded while
+        pg_upgrade runs, or only afterwards, as pg_upgrade's own steps allow)."""
+        new = self.track(Cluster(f"pg-upgrade-{new_version}-from-{old.name[-2:]}",
+                                 free_port(port), FIXED, preload=preload_while_upgrading,
+                                 bin_dir=bin_dir(new_version),
+                                 initdb_options=initdb_options(new_version)).init())
+        result = subprocess.run(
+            as_postgres([new.bin / "pg_upgrade", "-b", old.bin, "-B", new.bin,
+                         "-d", old.data, "-D", new.data, "-p", old.port, "-P", new.port,
+                         "-U", "postgres", "--no-sync"]),
+            cwd=new.base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=600)
+        self.assertEqual(result.returncode, 0, result.stdout)
+        if not preload_while_upgrading:
+            new.preload = True
+            new.write_settings()
+        return new
+
+    def assert_refused_until_the_files_are_copied(self, old, new, issued):
+        # pg_upgrade copied no state file.
+        for file in STATE_FILES:
+            self.assertFalse((new.data / file).exists(), file)
+        new.start()
+        for generator, sql in (("default", "SELECT cosid_next()"),
+                               ("orders", "SELECT cosid_next('orders')")):
+            try:
+                # A named generator is not known for a moment after the start.
+                got = wait_for_answer(new, sql, ("55P03", "42704"))
+            except AssertionError:
+                with self.assertRaises(SqlError) as refused:
+                    new.query(sql)
+                said = refused.exception.stderr
+                self.assertEqual(refused.exception.sqlstate, "55000", said)
+                self.assertIn("cosid cannot use its state file", said)
+                self.assertIn('"cosid.upgraded" says that pg_upgrade made this data directory',
+                              said)
+                self.assertIn("Copy cosid.state and cosid.state.* from the data directory", said)
+                continue
+            self.fail(f"{generator} generated {got} after pg_upgrade without its state file, "
+                      f"{'above' if int(got[0][0]) > max(issued[generator]) else 'below'} "
+                      "the ids issued before")
+        new.stop()
+        # The documented step: copy the files, delete the mark.
+        for file in STATE_FILES:
+            shutil.copy2(old.data / file, new.data / file)
+        (new.data / "cosid.upgraded").unlink()
+        chown_to_postgres(new.data)
+        new.start()
+        for generator in ("default", "orders"):
+            call = "cosid_next()" if generator == "default" else f"cosid_next('{generator}')"
+            # The new server's clock is behind the floor: refused as a clock behind it (55P03)
+            # until it has caught up.
+            wait_for_answer(new, f"SELECT {call}", ("55P03", "42704"), timeout=AHEAD_S + 30)
+            after = ids(new, generator)
+            self.assertGreater(min(after), max(issued[generator]), generator)
+            self.assertEqual(len(set(after) | set(issued[generator])),
+                             len(after) + len(issued[generator]))
+
+    def test_pg_upgrade_15_to_16_keeps_ids_above_the_old_ones(self):
+        old, issued = self.old_server(15, 25985)
+        new = self.upgrade(old, 16, 25987, preload_while_upgrading=True)
+        self.assert_refused_until_the_files_are_copied(old, new, issued)
+
+    def test_pg_upgrade_16_to_18_keeps_ids_above_the_old_ones(self):
+        # cosid is put in shared_preload_libraries of the new cluster only after pg_upgrade.
+        old, issued = self.old_server(16, 26040)
+        new = self.upgrade(old, 18, 26042, preload_while_upgrading=False)
+        self.assert_refused_until_the_files_are_copied(old, new, issued)
+
+
+if __name__ == "__main__":
+    unittest.main()
