@@ -272,11 +272,12 @@ CREATE TRIGGER machine_lease_no_truncate BEFORE TRUNCATE ON cosid.machine_lease
 -- database where CREATE EXTENSION cosid already ran and the lease worker claimed (as the Quick
 -- start does), or where the worker claimed between the restore's CREATE EXTENSION and its COPY.
 -- Failing the COPY on the key would lose every row it carries, so the restored row is merged
--- into the row it meets instead: the claim the store handed out since stays, and its watermark
--- and floors rise to what the restored row says was issued; the row then counts as written
--- elsewhere, so that the store settles (cosid.store_settles_at()). Rows of two id layouts are
--- not merged: the COPY is refused with what to do, and nothing is changed. The protocol's own
--- inserts are written in this store and go on to their ON CONFLICT.
+-- into the row it meets instead: its watermark and floors rise to what the restored row says
+-- was issued, and the claim the store handed out since stays, unless the restored row's holders
+-- may have issued ids after that claim began: then the claim is taken back. The row then counts
+-- as written elsewhere, so that the store settles (cosid.store_settles_at()). Rows of two id
+-- layouts are not merged: the COPY is refused with what to do, and nothing is changed. The
+-- protocol's own inserts are written in this store and go on to their ON CONFLICT.
 CREATE FUNCTION cosid.machine_lease_merge()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -296,6 +297,19 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   DETAIL = format('The restored row says "%s"; this store''s row, claimed since, says "%s". Ids of two layouts can coincide, so the rows cannot be merged; nothing was changed.', NEW.layout, v_held.layout),
                   HINT = 'Restore into a database that no server leases from yet: create it afresh, restore, and only then point cosid.database (or cosid.lease_store) at it.';
+    END IF;
+    IF v_held.state = 'claimed' AND v_floor > cosid.unix_ms(v_held.claimed_at) THEN
+        -- The restored row's holders may have issued ids after this claim began, by the
+        -- store's clock: the claim is taken back. Its holder finds its lease lost at its next
+        -- renewal and stops, and claims again once the store has settled, waiting for them.
+        UPDATE cosid.machine_lease l
+           SET claim_token = 'taken back by a restore: ' || l.claim_token,
+               expires_at = least(l.expires_at, clock_timestamp()),
+               watermark_ms = greatest(l.watermark_ms, NEW.watermark_ms, v_floor),
+               safe_guard = greatest(l.safe_guard, NEW.safe_guard),
+               written_in = NEW.written_in
+         WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id;
+        RETURN NULL;
     END IF;
     UPDATE cosid.machine_lease l
        SET watermark_ms = greatest(l.watermark_ms, NEW.watermark_ms, v_floor),

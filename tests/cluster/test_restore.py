@@ -2,21 +2,22 @@
 database where `CREATE EXTENSION cosid` already ran and the lease worker holds a machine id (the
 Quick start, then the restore), and with the worker claiming between the restore's
 `CREATE EXTENSION` and its `COPY`. A restored row that meets a row of the same machine id is
-merged into it (the higher watermark); nothing else changes. And the generator of a dump of an
-application database restored on another server says, when first used, where named generators
-live."""
+merged into it (the higher watermark); the claim held stays if the restored holders' ids all
+came before it, and is taken back if they may not have, so that the holder stops and claims
+again above them. Clients generate throughout; every id is counted. And the generator of a dump
+of an application database restored on another server says, when first used, where named
+generators live."""
 
 import subprocess
+import time
 
-from helpers.leases import FAST_LEASES, lease_cluster, try_next, wait_up
+from helpers.clients import LoopingClients, duplicates
+from helpers.leases import FAST_LEASES, lease_cluster, machine_of, ts_ms_of, wait_up
 from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port,
                                wait_for)
 
 ROWS = ("SELECT machine_id, instance_id, claim_token, state, watermark_ms, written_in "
         "FROM cosid.machine_lease WHERE namespace = 'cosid' ORDER BY machine_id")
-# How far ahead of the clock the dumped watermark of machine id 0 is: further than the holder
-# that claims it afresh writes its own.
-AHEAD_MS = 8000
 
 
 def restore(cluster, dump, db, *options):
@@ -28,11 +29,17 @@ def restore(cluster, dump, db, *options):
     return result.returncode, result.stdout
 
 
+def longest_stop_s(sessions):
+    """The longest time, by the ids' own timestamps, in which the server issued nothing."""
+    stamps = sorted({ts_ms_of(value) for session in sessions for value in session.ids})
+    return max((b - a for a, b in zip(stamps, stamps[1:])), default=0) / 1000
+
+
 class Restore(ClusterTest):
-    def dump_of_a_used_store(self, cluster):
+    def dump_of_a_used_store(self, cluster, watermark_from_now_ms):
         """A dump of database "source" of `cluster`, whose lease table holds rows of machine ids
-        0 to 2 as three other servers left them (machine id 0 with a watermark far ahead), and
-        the rows it holds."""
+        0 to 2 as three other servers left them, machine id 0 with a watermark that far from
+        now; and the rows it holds."""
         # cosid.status is in every database with the extension.
         cluster.query("CREATE EXTENSION cosid")
         cluster.query("CREATE DATABASE source")
@@ -42,7 +49,7 @@ class Restore(ClusterTest):
                 "SELECT outcome FROM cosid.lease_claim('cosid', 10, "
                 f"'{instance}', false, 4000, 't-{instance}', 0)", db="source")
         cluster.query("UPDATE cosid.machine_lease SET watermark_ms = "
-                      f"cosid.unix_ms(clock_timestamp()) + {AHEAD_MS} "
+                      f"cosid.unix_ms(clock_timestamp()) + {watermark_from_now_ms} "
                       "WHERE machine_id = 0", db="source")
         dump = cluster.base / "source.dump"
         subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
@@ -50,55 +57,84 @@ class Restore(ClusterTest):
                        check=True)
         return dump, cluster.rows(ROWS, db="source")
 
-    def assert_every_row_kept(self, cluster, dumped, holder):
+    def assert_every_row_kept(self, cluster, dumped):
         rows = cluster.rows(ROWS, db="appdb")
         self.assertEqual([row[0] for row in rows], ["0", "1", "2"], rows)
-        # Machine id 0 stays with the server that holds it, under the dumped watermark.
-        self.assertEqual(rows[0][1], holder)
+        # Machine id 0 keeps at least the dumped watermark; the others are as they were dumped.
         self.assertGreaterEqual(int(rows[0][4]), int(dumped[0][4]))
-        # The others are as they were dumped.
         self.assertEqual(rows[1][:5], dumped[1][:5])
         self.assertEqual(rows[2][:5], dumped[2][:5])
-        # The server keeps generating, on the machine id it holds.
-        self.assertIsNotNone(try_next(cluster)[0])
         # The rows came from elsewhere: the store settles, so that no machine id is handed out
         # as released, new or expired before a safe guard has passed.
         wait_for(lambda: cluster.query("SELECT settles FROM cosid.store_identity",
                                        db="appdb") == "t", 10, "the store to settle")
+        return rows
+
+    def report(self, what, sessions):
+        refused = sum(1 for session in sessions if session.error)
+        ids = sum(len(session.ids) for session in sessions)
+        print(f"\n  {what}: {ids} ids, {duplicates(sessions)} duplicates, {refused} sessions "
+              f"refused, longest stop {longest_stop_s(sessions):.1f} s", end=" ")
 
     def test_restore_into_a_database_whose_server_already_claimed(self):
         cluster = self.track(lease_cluster("restore-after", 25960, **{
             "cosid.database": "'appdb'"}))
-        dump, dumped = self.dump_of_a_used_store(cluster)
+        # An older dump: the holders of its rows stopped a minute ago.
+        dump, dumped = self.dump_of_a_used_store(cluster, -60_000)
         # The Quick start: the database, the extension, and the worker claims machine id 0.
         cluster.query("CREATE DATABASE appdb")
         cluster.query("CREATE EXTENSION cosid", db="appdb")
         holder = wait_up(cluster)["instance_id"]
-        code, said = restore(cluster, dump, "appdb")
+        with LoopingClients(cluster, 2, 500, 4) as clients:
+            time.sleep(0.5)
+            code, said = restore(cluster, dump, "appdb")
+            time.sleep(1.5)
         self.assertEqual(code, 0, said)
-        self.assert_every_row_kept(cluster, dumped, holder)
+        rows = self.assert_every_row_kept(cluster, dumped)
+        # The claim held began after everything the restored rows say was issued: it stays, and
+        # the server never stopped.
+        self.assertEqual(rows[0][1], holder)
+        self.assertEqual(wait_up(cluster)["instance_id"], holder)
+        self.report("restore after the Quick start", clients.sessions)
+        self.assertEqual(duplicates(clients.sessions), 0)
+        self.assertEqual([session.error for session in clients.sessions if session.error], [])
+        self.assertEqual({machine_of(value) for session in clients.sessions
+                          for value in session.ids}, {0})
 
     def test_restore_while_the_worker_claims_between_create_extension_and_copy(self):
         cluster = self.track(lease_cluster("restore-between", 25965, **{
             "cosid.database": "'appdb'"}))
-        dump, dumped = self.dump_of_a_used_store(cluster)
+        # A dump of moments ago: its holders may have issued ids 8 s ahead of now.
+        dump, dumped = self.dump_of_a_used_store(cluster, 8000)
+        restored_floor_ms = int(dumped[0][4])
         cluster.query("CREATE DATABASE appdb")
         code, said = restore(cluster, dump, "appdb", "--section=pre-data", "--exit-on-error")
         self.assertEqual(code, 0, said)
         # The restore's CREATE EXTENSION ran: the worker claims before the rows are copied.
-        holder = wait_up(cluster)["instance_id"]
-        for section in ("data", "post-data"):
-            code, said = restore(cluster, dump, "appdb", f"--section={section}",
-                                 "--exit-on-error")
-            self.assertEqual(code, 0, said)
-        self.assert_every_row_kept(cluster, dumped, holder)
-        # The next holder of machine id 0 waits for the dumped watermark: released at a clean
-        # shutdown, the row keeps it, and the server claims again.
-        cluster.restart()
-        floor = cluster.query("SELECT cosid.lease_next_floor_ms(l) FROM cosid.machine_lease l "
-                              "WHERE machine_id = 0", db="appdb")
-        self.assertGreaterEqual(int(floor), int(dumped[0][4]))
-        wait_up(cluster, timeout=30)
+        wait_up(cluster)
+        with LoopingClients(cluster, 2, 500, 4) as clients:
+            time.sleep(0.5)
+            for section in ("data", "post-data"):
+                code, said = restore(cluster, dump, "appdb", f"--section={section}",
+                                     "--exit-on-error")
+                self.assertEqual(code, 0, said)
+            restored_at = time.monotonic()
+            self.assert_every_row_kept(cluster, dumped)
+            # The claim was taken back; the server claims again once the store has settled, and
+            # waits for the restored floor.
+            wait_up(cluster, timeout=30)
+            time.sleep(1.0)
+        self.report("restore with a claim before its COPY", clients.sessions)
+        self.assertEqual(duplicates(clients.sessions), 0)
+        self.assertEqual({session.sqlstate for session in clients.sessions if session.error},
+                         {"55P03"})
+        # Once the holder has had a renewal to learn it (0.5 s), machine id 0 issues nothing at
+        # or below what the restored row says its holders may have issued.
+        later = [value for session in clients.sessions if session.started > restored_at + 1.0
+                 for value in session.ids if machine_of(value) == 0]
+        self.assertEqual([value for value in later if ts_ms_of(value) <= restored_floor_ms], [])
+        self.assertGreater(sum(len(session.ids) for session in clients.sessions
+                               if session.started > restored_at + 1.0), 0)
 
     def test_an_application_database_restored_elsewhere_says_where_its_generators_live(self):
         cluster = self.track(lease_cluster("restore-app", 25970))
