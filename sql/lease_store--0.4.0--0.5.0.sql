@@ -175,11 +175,13 @@ INSERT INTO cosid.store_identity (identity, seen_at, settles)
 -- start does), or where the worker claimed between the restore's CREATE EXTENSION and its COPY.
 -- Failing the COPY on the key would lose every row it carries, so the restored row is merged
 -- into the row it meets instead: its watermark and floors rise to what the restored row says
--- was issued, and the claim the store handed out since stays, unless the restored row's holders
--- may have issued ids after that claim began: then the claim is taken back. The row then counts
--- as written elsewhere, so that the store settles (cosid.store_settles_at()). Rows of two id
--- layouts are not merged: the COPY is refused with what to do, and nothing is changed. The
--- protocol's own inserts are written in this store and go on to their ON CONFLICT.
+-- was issued. A claim held since stays, but only if everything the restored row covers is more
+-- than a safe guard older than its start: its holder cannot learn of a higher floor while it
+-- generates. Otherwise, and for rows of another id layout than their namespace's, the COPY is
+-- refused with what to do, and nothing is changed. Merged rows count as written elsewhere, so
+-- that the store settles (cosid.store_settles_at()). The protocol's own inserts are written in
+-- this store and go on to their ON CONFLICT. The row is inserted here, after waiting for a
+-- claim in flight, so that a claim committing meanwhile is merged into too.
 CREATE FUNCTION cosid.machine_lease_merge()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -189,29 +191,32 @@ DECLARE
     v_held  cosid.machine_lease;
     v_floor bigint := cosid.lease_next_floor_ms(NEW);
 BEGIN
-    SELECT * INTO v_held FROM cosid.machine_lease l
-     WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id FOR UPDATE;
-    IF NOT FOUND OR NEW.written_in = cosid.store_identity_now() THEN
+    IF pg_trigger_depth() > 1 OR NEW.written_in = cosid.store_identity_now() THEN
         RETURN NEW;
     END IF;
-    IF v_held.layout <> '' AND NEW.layout <> '' AND v_held.layout <> NEW.layout THEN
-        RAISE EXCEPTION 'a restored cosid lease of machine id % of namespace "%" has another id layout', NEW.machine_id, NEW.namespace
+    SELECT * INTO v_held FROM cosid.machine_lease l
+     WHERE l.namespace = NEW.namespace AND NEW.layout <> '' AND l.layout <> ''
+       AND l.layout <> NEW.layout
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'a restored cosid lease of machine id % of namespace "%" has another id layout than the namespace', NEW.machine_id, NEW.namespace
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = format('The restored row says "%s"; this store''s row, claimed since, says "%s". Ids of two layouts can coincide, so the rows cannot be merged; nothing was changed.', NEW.layout, v_held.layout),
-                  HINT = 'Restore into a database that no server leases from yet: create it afresh, restore, and only then point cosid.database (or cosid.lease_store) at it.';
+                  DETAIL = format('The restored row says "%s"; the row of machine id %s in this store says "%s". Ids of two layouts can coincide, so one namespace keeps one layout; nothing was changed.', NEW.layout, v_held.machine_id, v_held.layout),
+                  HINT = 'Restore into a database that no server leases from yet: create it afresh, restore, and only then point cosid.database (or cosid.lease_store) at it and restart the servers.';
     END IF;
-    IF v_held.state = 'claimed' AND v_floor > cosid.unix_ms(v_held.claimed_at) THEN
-        -- The restored row's holders may have issued ids after this claim began, by the
-        -- store's clock: the claim is taken back. Its holder finds its lease lost at its next
-        -- renewal and stops, and claims again once the store has settled, waiting for them.
-        UPDATE cosid.machine_lease l
-           SET claim_token = 'taken back by a restore: ' || l.claim_token,
-               expires_at = least(l.expires_at, clock_timestamp()),
-               watermark_ms = greatest(l.watermark_ms, NEW.watermark_ms, v_floor),
-               safe_guard = greatest(l.safe_guard, NEW.safe_guard),
-               written_in = NEW.written_in
-         WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id;
+    INSERT INTO cosid.machine_lease SELECT (NEW).* ON CONFLICT (namespace, machine_id) DO NOTHING;
+    IF FOUND THEN
         RETURN NULL;
+    END IF;
+    SELECT * INTO v_held FROM cosid.machine_lease l
+     WHERE l.namespace = NEW.namespace AND l.machine_id = NEW.machine_id FOR UPDATE;
+    IF v_held.state = 'claimed' AND v_held.released_ms IS NULL
+       AND v_held.expires_at > clock_timestamp() - v_held.safe_guard
+       AND v_floor > cosid.unix_ms(v_held.claimed_at - v_held.safe_guard) THEN
+        RAISE EXCEPTION 'a restored cosid lease of machine id % of namespace "%" overlaps the claim this store holds', NEW.machine_id, NEW.namespace
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('The restored row covers ids up to %s; the claim held since began at %s, less than a safe guard (%s) later, and its holder generates without knowing of them. Nothing was changed.', to_timestamp(v_floor / 1000.0), v_held.claimed_at, v_held.safe_guard),
+                  HINT = 'Restore into a database that no server leases from yet: create it afresh, restore, and only then point cosid.database (or cosid.lease_store) at it and restart the servers.';
     END IF;
     UPDATE cosid.machine_lease l
        SET watermark_ms = greatest(l.watermark_ms, NEW.watermark_ms, v_floor),
@@ -303,6 +308,14 @@ BEGIN
                                - cosid.unix_ms(to_timestamp(0) + l.safe_guard))))
                       FROM cosid.machine_lease l), 0) END;
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
+    -- Every machine id handed out now would wait for that floor, and one further ahead of the
+    -- claimer's clock than it waits for is given back: each claim would then take another
+    -- never-used machine id, and use the namespace up. Until the claimer's clock has passed the
+    -- floor, the store settles for it.
+    IF NOT v_settling AND v_settles IS NOT NULL AND v_settled_ms > v_clock_ms THEN
+        v_settling := true;
+        v_settles := v_now + (v_settled_ms - v_clock_ms) * interval '1 millisecond';
+    END IF;
 
     -- Servers of one namespace must share a layout: ids of two layouts can coincide. A
     -- namespace keeps the layout of its rows for as long as they exist, held or not: a

@@ -23,6 +23,7 @@ use pgrx::prelude::*;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    keep_backtraces_out_of_errors();
     // SAFETY: PostgreSQL sets this flag while it loads shared_preload_libraries, before it forks
     // any process; reading it is a plain read of a global.
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
@@ -30,8 +31,15 @@ pub extern "C-unwind" fn _PG_init() {
     // any library, and every process it forks inherits it; reading it is a plain read.
     let binary_upgrade = unsafe { pg_sys::IsBinaryUpgrade };
     if binary_upgrade {
+        // Without the mark, the upgraded server would start with no floor: pg_upgrade is
+        // stopped instead.
         if let Err(why) = local_state::mark_upgraded() {
-            CosidError::prerequisite(format!("cosid: {why}")).log(PgLogLevel::WARNING);
+            CosidError::prerequisite(format!(
+                "cosid cannot mark this data directory as made by pg_upgrade: {why}"
+            ))
+            .detail("pg_upgrade does not copy cosid's state files; the mark makes the upgraded server refuse to generate until they are copied.")
+            .hint("Make the data directory writable by the server's user, and run pg_upgrade again.")
+            .refuse_start();
         }
     }
     settings::init(preloading);
@@ -64,4 +72,16 @@ pub extern "C-unwind" fn _PG_init() {
         sql::install_drop_guard();
     }
     shmem::init();
+}
+
+/// pgrx raises an error that crossed a function of ours (an SPI call's, say) again with the Rust
+/// backtrace its panic hook captured appended to DETAIL, which `std::backtrace` captures whenever
+/// RUST_BACKTRACE is set in the server's environment (common where a Rust toolchain is
+/// installed). Its own setting, RUST_LIB_BACKTRACE, wins over RUST_BACKTRACE: unless the operator
+/// set it, it is turned off here, in the postmaster before it forks (or in the one backend that
+/// loads the library), before anything captured a backtrace.
+fn keep_backtraces_out_of_errors() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
 }

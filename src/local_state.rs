@@ -19,20 +19,30 @@ const STATE_FILE: &str = "cosid.state";
 /// not copy: while it is there, a missing state file is an unknown floor, not a first start.
 pub const UPGRADE_MARKER: &str = "cosid.upgraded";
 
-/// Marks the data directory of a server in binary-upgrade mode (pg_upgrade loads the library
-/// into the new cluster to check it, and preloads it into both clusters when their settings
-/// say so). A directory that already has a state file is the old cluster's, or was dealt with.
+/// Marks the new data directory of a pg_upgrade: the server runs in binary-upgrade mode, and
+/// pg_upgrade keeps its output there (`pg_upgrade_output.d`, since PostgreSQL 15), not in the
+/// old cluster's. pg_upgrade loads the library into the new cluster to check it, and preloads it
+/// when the cluster's settings say so; the first time marks the directory. A state file the new
+/// cluster wrote before (started once before the upgrade) is not this server's floor any more:
+/// it is put aside, so that only the old cluster's files, copied over, can give one.
 pub fn mark_upgraded() -> Result<(), String> {
-    let has_state = std::fs::read_dir(".")
-        .map_err(|why| format!("could not read the data directory: {why}"))?
-        .filter_map(Result::ok)
-        .any(|entry| {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            name == STATE_FILE || name.starts_with(&format!("{STATE_FILE}."))
-        });
-    if has_state || std::path::Path::new(UPGRADE_MARKER).exists() {
+    use std::path::Path;
+    if !Path::new("pg_upgrade_output.d").exists() || Path::new(UPGRADE_MARKER).exists() {
         return Ok(());
+    }
+    let directory = std::fs::read_dir(".")
+        .map_err(|why| format!("could not read the data directory: {why}"))?;
+    for entry in directory.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let hex_suffix = name
+            .strip_prefix(&format!("{STATE_FILE}."))
+            .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        if name == STATE_FILE || hex_suffix {
+            let aside = format!("{name}.before-pg_upgrade");
+            std::fs::rename(&name, &aside).map_err(|why| {
+                format!("could not rename \"{}\" to \"{aside}\": {why}", path(&name))
+            })?;
+        }
     }
     let note = "This data directory was made by pg_upgrade, which does not copy cosid's state \
                 files (cosid.state and cosid.state.*). Copy them from the old data directory, \

@@ -36,7 +36,44 @@ pub fn install_drop_guard() {
     }
 }
 
-#[pg_guard]
+// PostgreSQL's own function, not pgrx's guarded wrapper of it: an error it raises longjmps
+// straight through the hook to the caller's handler, unchanged (pgrx's wrapper would turn it
+// into a Rust panic and raise it again: without its table, column and constraint names, and with
+// a Rust backtrace in DETAIL when RUST_BACKTRACE is set). The signature is that of PostgreSQL 14
+// and later.
+extern "C-unwind" {
+    #[link_name = "standard_ProcessUtility"]
+    fn standard_process_utility(
+        pstmt: *mut pg_sys::PlannedStmt,
+        query_string: *const std::ffi::c_char,
+        read_only_tree: bool,
+        context: pg_sys::ProcessUtilityContext::Type,
+        params: pg_sys::ParamListInfo,
+        query_env: *mut pg_sys::QueryEnvironment,
+        dest: *mut pg_sys::DestReceiver,
+        qc: *mut pg_sys::QueryCompletion,
+    );
+}
+
+/// What the hook read before a statement ran, for after it ran: a stack, since utility
+/// statements nest (an extension's script, a function running DDL). A statement that failed
+/// leaves its entry behind; the next one to finish below it drops it, and a top-level statement
+/// starts afresh.
+struct Pending {
+    statement: *mut pg_sys::Node,
+    at_risk: Option<AtRisk>,
+    cascade: Option<bool>,
+    creating: bool,
+    subscribing: bool,
+}
+
+thread_local! {
+    static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Not `#[pg_guard]`: this frame holds nothing to drop (raw pointers and plain values only), so
+/// PostgreSQL's longjmp out of the statement may pass it. What can raise cosid's own errors runs
+/// in the guarded functions before and after.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn cosid_process_utility(
     pstmt: *mut pg_sys::PlannedStmt,
@@ -49,9 +86,14 @@ unsafe extern "C-unwind" fn cosid_process_utility(
     qc: *mut pg_sys::QueryCompletion,
 ) {
     // SAFETY: PostgreSQL passes a valid planned utility statement; the arguments are passed on
-    // unchanged to the previous hook or the standard one.
+    // unchanged to the previous hook or the standard one, as every ProcessUtility hook must.
     unsafe {
-        guarded((*pstmt).utilityStmt, || match PREVIOUS_HOOK {
+        let statement = (*pstmt).utilityStmt;
+        before_statement(
+            statement,
+            context == pg_sys::ProcessUtilityContext::PROCESS_UTILITY_TOPLEVEL,
+        );
+        match PREVIOUS_HOOK {
             Some(previous) => previous(
                 pstmt,
                 query_string,
@@ -62,7 +104,7 @@ unsafe extern "C-unwind" fn cosid_process_utility(
                 dest,
                 qc,
             ),
-            None => pg_sys::standard_ProcessUtility(
+            None => standard_process_utility(
                 pstmt,
                 query_string,
                 read_only_tree,
@@ -72,16 +114,18 @@ unsafe extern "C-unwind" fn cosid_process_utility(
                 dest,
                 qc,
             ),
-        })
+        }
+        after_statement(statement);
     }
 }
 
-/// Runs the statement (`run`); refuses it afterwards if it dropped the extension and lost
-/// something.
+/// Refuses a `DROP DATABASE` of `cosid.database`; reads what a drop of the extension would lose
+/// while it is still there.
 ///
 /// # Safety
 /// `statement` is the utility statement's parse tree, or null.
-unsafe fn guarded(statement: *mut pg_sys::Node, run: impl FnOnce()) {
+#[pg_guard]
+unsafe extern "C-unwind" fn before_statement(statement: *mut pg_sys::Node, top_level: bool) {
     // SAFETY: the caller's promise.
     if let Some(refusal) = unsafe { drops_the_lease_database(statement) } {
         refusal.raise();
@@ -89,20 +133,52 @@ unsafe fn guarded(statement: *mut pg_sys::Node, run: impl FnOnce()) {
     // SAFETY: the caller's promise.
     let cascade = unsafe { may_drop_extension(statement) };
     let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
-    // SAFETY: the caller's promise.
-    let creating = unsafe { creates_the_extension(statement) } && !extension_exists();
-    // SAFETY: the caller's promise.
-    let subscribing = unsafe { starts_a_subscription(statement) };
-    run();
-    if creating && extension_exists() {
+    let pending = Pending {
+        statement,
+        at_risk,
+        cascade,
+        // SAFETY: the caller's promise.
+        creating: unsafe { creates_the_extension(statement) } && !extension_exists(),
+        // SAFETY: the caller's promise.
+        subscribing: unsafe { starts_a_subscription(statement) },
+    };
+    PENDING.with(|stack| {
+        let mut stack = stack.borrow_mut();
+        if top_level {
+            stack.clear();
+        }
+        stack.push(pending);
+    });
+}
+
+/// After the statement ran: the NOTICE and WARNING it calls for, and the refusal of a drop that
+/// lost something (the ERROR rolls the drop back).
+///
+/// # Safety
+/// `statement` is the utility statement's parse tree, or null.
+#[pg_guard]
+unsafe extern "C-unwind" fn after_statement(statement: *mut pg_sys::Node) {
+    let Some(pending) = PENDING.with(|stack| {
+        let mut stack = stack.borrow_mut();
+        // Entries above this statement's are of nested statements that failed.
+        let position = stack
+            .iter()
+            .rposition(|entry| entry.statement == statement)?;
+        let pending = stack.swap_remove(position);
+        stack.truncate(position);
+        Some(pending)
+    }) else {
+        return;
+    };
+    if pending.creating && extension_exists() {
         super::say_where_the_leases_live();
     }
-    if subscribing {
+    if pending.subscribing {
         super::warn_of_uncoordinated_machine_ids();
     }
-    if let Some(at_risk) = at_risk {
+    if let Some(at_risk) = pending.at_risk {
         if !extension_exists() {
-            if let Some(refusal) = at_risk.refusal(cascade == Some(true)) {
+            if let Some(refusal) = at_risk.refusal(pending.cascade == Some(true)) {
                 refusal.raise();
             }
         }

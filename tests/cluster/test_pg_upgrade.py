@@ -15,7 +15,7 @@ from pathlib import Path
 
 from helpers.faults import fake_clock
 from helpers.pgcluster import (PG_MAJOR, ROOT, Cluster, ClusterTest, SqlError, as_postgres,
-                               chown_to_postgres, free_port, wait_for_answer)
+                               chown_to_postgres, free_port, wait_for, wait_for_answer)
 
 # How far ahead of the new server's clock the old server's was: its last ids are that far in
 # the new server's future.
@@ -81,13 +81,19 @@ class PgUpgrade(ClusterTest):
             self.assertTrue((old.data / file).exists(), file)
         return old, issued
 
-    def upgrade(self, old, new_version, port, preload_while_upgrading):
+    def upgrade(self, old, new_version, port, preload_while_upgrading, started_before=False):
         """pg_upgrade of `old` into a new cluster of `new_version` (cosid preloaded while
-        pg_upgrade runs, or only afterwards, as pg_upgrade's own steps allow)."""
+        pg_upgrade runs, or only afterwards, as pg_upgrade's own steps allow; the new cluster
+        started once before, or not)."""
         new = self.track(Cluster(f"pg-upgrade-{new_version}-from-{old.name[-2:]}",
                                  free_port(port), FIXED, preload=preload_while_upgrading,
                                  bin_dir=bin_dir(new_version),
                                  initdb_options=initdb_options(new_version)).init())
+        if started_before:
+            # It writes a state file of its own, which is not the old server's floor.
+            new.start()
+            wait_for(lambda: (new.data / "cosid.state").exists(), 10, "a state file")
+            new.stop()
         result = subprocess.run(
             as_postgres([new.bin / "pg_upgrade", "-b", old.bin, "-B", new.bin,
                          "-d", old.data, "-D", new.data, "-p", old.port, "-P", new.port,
@@ -95,6 +101,10 @@ class PgUpgrade(ClusterTest):
             cwd=new.base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             timeout=600)
         self.assertEqual(result.returncode, 0, result.stdout)
+        # Only the new cluster is marked; the new cluster's own file, if any, is put aside.
+        self.assertTrue((new.data / "cosid.upgraded").exists())
+        self.assertFalse((old.data / "cosid.upgraded").exists())
+        self.assertEqual((new.data / "cosid.state.before-pg_upgrade").exists(), started_before)
         if not preload_while_upgrading:
             new.preload = True
             new.write_settings()
@@ -147,7 +157,7 @@ class PgUpgrade(ClusterTest):
 
     def test_pg_upgrade_15_to_16_keeps_ids_above_the_old_ones(self):
         old, issued = self.old_server(15, 25985)
-        new = self.upgrade(old, 16, 25987, preload_while_upgrading=True)
+        new = self.upgrade(old, 16, 25987, preload_while_upgrading=True, started_before=True)
         self.assert_refused_until_the_files_are_copied(old, new, issued)
 
     def test_pg_upgrade_16_to_18_keeps_ids_above_the_old_ones(self):

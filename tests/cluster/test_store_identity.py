@@ -19,10 +19,12 @@ def now_ms():
 
 
 def claim(store, instance, knows_settling=True):
-    """(outcome, machine id, previous watermark, expires_at_ms) of a claim by `instance`."""
+    """(outcome, machine id, previous watermark, expires_at_ms) of a claim by `instance`, whose
+    clock is right: as a server does, it claims with its clock plus its safe guard as the bound."""
     return store.rows(
         "SELECT outcome, machine_id, previous_watermark_ms, expires_at_ms FROM cosid.lease_claim("
-        f"'n', 4, '{instance}', false, {SAFE_GUARD_MS}, 't-{instance}', {now_ms()}, "
+        f"'n', 4, '{instance}', false, {SAFE_GUARD_MS}, 't-{instance}', "
+        f"{now_ms() + SAFE_GUARD_MS}, "
         f"'{LAYOUT}', {str(knows_settling).lower()})")[0]
 
 
