@@ -97,7 +97,8 @@ class Cluster:
         MADE.append(self)
 
     def server_env(self):
-        # A Rust backtrace would be appended to every error's DETAIL.
+        # The suite's servers do not depend on the machine's RUST_BACKTRACE; the servers of
+        # cluster/test_backtrace.py have it set, and show that errors carry no backtrace.
         return {"RUST_BACKTRACE": None, **self.env}
 
     # -- life cycle ---------------------------------------------------------------------------
