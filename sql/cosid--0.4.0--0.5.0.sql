@@ -688,6 +688,20 @@ GRANT EXECUTE ON FUNCTION
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) TO cosid_lease_holder;
 -- </lease store>
 
+-- Every name a named generator ever had, with its namespace: calls under one name (a column's
+-- DEFAULT cosid_next('name')) must never get ids of two namespaces, whose layouts or machine
+-- ids can give the same ids, so a name keeps its namespace after its generator is dropped.
+CREATE TABLE cosid.generator_name (
+    name          text        PRIMARY KEY,
+    namespace     text        NOT NULL,
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE cosid.generator_name IS 'The namespace of every name a named cosid generator had. Do not delete rows: a name must keep its namespace, so that the ids called under it never repeat.';
+SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
+-- The names defined now keep their namespaces; those dropped before 0.5.0 are not known.
+INSERT INTO cosid.generator_name (name, namespace, first_used_at)
+    SELECT g.name, g.namespace, g.created_at FROM cosid.generator g;
+
 -- The catalog comments of the store's new and changed functions (see src/sql/comments.rs).
 COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) IS 'Lease protocol: claims a machine id of a namespace for a holder, which then waits for the returned watermark; answers settling while the store settles after its identity changed. Called by the cosid background worker.';
 COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) IS 'Lease protocol: the claim as servers of cosid 0.2.0 to 0.4.0 call it, answering contended while the store settles.';

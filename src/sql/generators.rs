@@ -44,6 +44,17 @@ COMMENT ON TABLE cosid.generator_namespace IS 'The layout of every namespace a n
 
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator', '');
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator_namespace', '');
+
+-- Every name a named generator ever had, with its namespace: calls under one name (a column's
+-- DEFAULT cosid_next('name')) must never get ids of two namespaces, whose layouts or machine
+-- ids can give the same ids, so a name keeps its namespace after its generator is dropped.
+CREATE TABLE cosid.generator_name (
+    name          text        PRIMARY KEY,
+    namespace     text        NOT NULL,
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE cosid.generator_name IS 'The namespace of every name a named cosid generator had. Do not delete rows: a name must keep its namespace, so that the ids called under it never repeat.';
+SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
 "#,
     name = "generator_tables",
     // After the lease table's own dump registration: the extension's list of dumped tables
@@ -177,6 +188,32 @@ fn cosid_create_generator(
             .hint("Choose another namespace.")
             .raise();
         }
+        let name_args: Vec<DatumWithOid> = vec![name.as_str().into()];
+        let named_before = client
+            .select(
+                "SELECT namespace FROM cosid.generator_name WHERE name OPERATOR(pg_catalog.=) $1",
+                None,
+                &name_args,
+            )
+            .or_raise_spi();
+        if let Some(earlier) = named_before
+            .into_iter()
+            .next()
+            .and_then(|row| row.get::<String>(1).ok().flatten())
+        {
+            if earlier != namespace {
+                CosidError::invalid_argument(format!(
+                    "cosid generator name \"{name}\" was used with namespace \"{earlier}\""
+                ))
+                .detail(format!(
+                    "Calls of cosid_next('{name}') got ids of namespace \"{earlier}\". Ids of another namespace can repeat them: its layout or its machine ids can give the same ids."
+                ))
+                .hint(format!(
+                    "Create it with namespace => '{earlier}' (which keeps its layout), or give the new definition a new name and call it by that name."
+                ))
+                .raise();
+            }
+        }
         let used = client
             .select(
                 "SELECT layout FROM cosid.generator_namespace WHERE namespace OPERATOR(pg_catalog.=) $1",
@@ -196,7 +233,7 @@ fn cosid_create_generator(
                 .detail(format!(
                     "Its ids have the layout {earlier}; this definition's is {layout_line}. Ids of two layouts in one namespace can coincide."
                 ))
-                .hint("A generator's layout cannot change. Create it under a new namespace (the namespace argument).")
+                .hint("A namespace keeps its layout. Give the new definition a new name and a new namespace, and call it by that name.")
                 .raise();
             }
         }
@@ -221,7 +258,8 @@ fn cosid_create_generator(
         ];
         client
             .update(
-                "WITH defined AS (INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, sequence_bits) VALUES ($1, $2, $3, $4, $5, $6, $7)) \
+                "WITH defined AS (INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, sequence_bits) VALUES ($1, $2, $3, $4, $5, $6, $7)), \
+                 named AS (INSERT INTO cosid.generator_name (name, namespace) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING) \
                  INSERT INTO cosid.generator_namespace (namespace, layout) VALUES ($2, $8) ON CONFLICT (namespace) DO NOTHING",
                 None,
                 &args,
@@ -509,7 +547,7 @@ fn already_exists(name: &str) -> CosidError {
     if name == DEFAULT_NAME {
         error.detail("\"default\" names the server's default generator, the one cosid_next() uses.")
     } else {
-        error.hint("A generator's definition cannot change. Drop it with cosid_drop_generator() and create it again; a new layout needs a new namespace.")
+        error.hint("A generator's definition cannot change: give the new definition a new name and a new namespace, and call it by that name. A name keeps its namespace even after cosid_drop_generator().")
     }
 }
 

@@ -4,7 +4,8 @@ keep working; a dropped generator that releases its lease with the exact last ti
 re-created one that waits for a watermark ahead of the clock; a new generator known as soon as
 its creation commits; definitions seen from a second database, and the errors; a restart, a
 backend kill -9 and a server kill -9 while every generator generates; a namespace with no
-machine id left. Lease timings as in helpers.leases: a 4 s safe guard and renewals every 0.5 s."""
+machine id left; a name defined again under load, which keeps its namespace (and so its layout).
+Lease timings as in helpers.leases: a 4 s safe guard and renewals every 0.5 s."""
 
 import contextlib
 import queue
@@ -254,14 +255,17 @@ class Generators(ClusterTest):
         self.assertEqual(int(cluster.query(
             f"SELECT (extract(epoch FROM cosid_timestamp({issued[0]}, 'w')) * 1000)::bigint")),
             stamps[0])
-        # The name again for another definition, which takes another slot: a backend that used
-        # the one dropped follows the name to the new one.
+        # The name again, defined again, which takes another slot: a backend that used the one
+        # dropped follows the name to the new one. A name keeps its namespace (and so its
+        # layout): another one is refused.
         self.assertTrue(user.run("SELECT cosid_next('w')"))
         cluster.query("SELECT cosid_drop_generator('w')")
         with self.assertRaises(SqlError) as refused:
             user.run("SELECT cosid_next('w')")
         self.assertEqual(refused.exception.sqlstate, "42704", refused.exception.stderr)
-        cluster.query("SELECT cosid_create_generator('w', 'safe_js', namespace => 'w_js')")
+        self.assertRefused("22023", "SELECT cosid_create_generator('w', 'safe_js', "
+                           "namespace => 'w_js')", cluster)
+        cluster.query(create)
         refusals = []
 
         def generated_by_user():
@@ -274,9 +278,9 @@ class Generators(ClusterTest):
         wait_for(generated_by_user, 10, "the backend to generate from the new 'w'")
         self.assertLessEqual(set(refusals), {"55P03"})
         self.assertEqual(user.run("SELECT namespace, machine_bits FROM cosid.status "
-                                  "WHERE name = 'w'"), ["w_js|3"])
+                                  "WHERE name = 'w'"), ["w|0"])
         self.assertEqual(cluster.query("SELECT count(*) FROM cosid.machine_lease "
-                                       "WHERE namespace = 'w_js' AND state = 'claimed'"), "1")
+                                       "WHERE namespace = 'w' AND state = 'claimed'"), "1")
 
     def test_a_new_generator_is_known_as_soon_as_its_creation_commits(self):
         # Until the worker has published it and holds its lease, a new generator is refused
@@ -360,10 +364,10 @@ class Generators(ClusterTest):
         with self.assertRaises(SqlError) as refused:
             user.answer(running, timeout=60)
         self.assertEqual(refused.exception.sqlstate, "42704", refused.exception.stderr)
-        # The other generator is untouched, and a new 'ms' in another namespace is found by the
-        # same constant call site's next execution.
+        # The other generator is untouched, and 'ms' defined again (in its own namespace: a name
+        # keeps it) is found by the same constant call site's next execution.
         self.assertLess(int(cluster.query("SELECT cosid_next('js')")), 2**53)
-        cluster.query("SELECT cosid_create_generator('ms', 'second', namespace => 'ms2')")
+        cluster.query("SELECT cosid_create_generator('ms')")
         wait_generators_up(cluster, ["ms"])
         ids = many_ids(cluster, "ms", 1000)
         self.assertEqual(len(set(ids)), 1000)
@@ -505,6 +509,47 @@ class Generators(ClusterTest):
             "SELECT cosid.lease_release('tiny', 5, 'other-5', 'token-5', 0)"), "t")
         value = wait_for(lambda: next_id(cluster, "tiny")[0], 10, "'tiny' to take machine id 5")
         self.assertEqual(decode(value, "safe_js")[1], 5)
+
+
+    def test_a_name_defined_again_never_repeats_the_ids_called_under_it(self):
+        # The finding: a `second` generator whose epoch is ten minutes back, called by clients
+        # all along, dropped and defined again under its name with another layout and
+        # namespace: 109 of 301,200 ids repeated.
+        cluster = self.cluster("gen-redefine", 25808)
+        epoch = cluster.query("SELECT date_trunc('second', now()) - interval '10 minutes'")
+        cluster.query(f"SELECT cosid_create_generator('ev', 'second', epoch => '{epoch}')")
+        wait_generators_up(cluster, ["ev"])
+        with LoopingClients(cluster, 2, 300, 5, generator="ev") as clients:
+            wait_for(lambda: clients.ids_so_far() > 20_000, 30, "ids of 'ev'")
+            cluster.query("SELECT cosid_drop_generator('ev')")
+            # Another namespace under the name, with another layout or the same one: refused.
+            for layout in ("millisecond", "second"):
+                refused = self.assertRefused(
+                    "22023", f"SELECT cosid_create_generator('ev', '{layout}', "
+                    f"namespace => 'ev2', epoch => '{epoch}')", cluster)
+                self.assertIn('cosid generator name "ev" was used with namespace "ev"',
+                              refused.message)
+                self.assertIn("namespace => 'ev'", refused.stderr)
+            # Its own namespace with another layout: refused, the namespace keeps its layout.
+            self.assertRefused("22023", "SELECT cosid_create_generator('ev', 'millisecond', "
+                               f"epoch => '{epoch}')", cluster)
+            # The same definition again: the namespace's watermark keeps its ids above.
+            cluster.query(f"SELECT cosid_create_generator('ev', 'second', epoch => '{epoch}')")
+            started = time.monotonic()
+            wait_for(lambda: clients.ids_so_far(started_after=started) > 20_000, 60,
+                     "ids of 'ev' defined again")
+        sessions = clients.sessions
+        ids = sum(len(session.ids) for session in sessions)
+        print(f"\n  'ev' dropped and defined again under load: {ids} ids, "
+              f"{duplicates(sessions)} duplicates", end=" ")
+        self.assertEqual(duplicates(sessions), 0)
+        self.assertLessEqual({session.sqlstate for session in sessions if session.error},
+                             {"42704", "55P03"})
+        # The hints no longer suggest dropping and creating again under the name.
+        refused = self.assertRefused("42710", "SELECT cosid_create_generator('ev', 'second', "
+                                     f"epoch => '{epoch}')", cluster)
+        self.assertIn("give the new definition a new name", refused.stderr)
+        self.assertNotIn("Drop it", refused.stderr)
 
 
 if __name__ == "__main__":
