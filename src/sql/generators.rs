@@ -276,11 +276,21 @@ fn cosid_drop_generator(name: Option<TextArg>) {
     let Some(name) = name else {
         null_argument("name").raise()
     };
+    let quoted = name.quoted();
     let name = name.as_str().to_string();
     if name == DEFAULT_NAME {
         CosidError::invalid_argument("cannot drop the default cosid generator")
             .detail("It is the server's own generator, configured by the cosid.* settings.")
             .raise();
+    }
+    if check_name(&name).is_err() {
+        // No generator can have that name: it does not exist, whatever the definitions say.
+        CosidError::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("cosid generator {quoted} does not exist"),
+        )
+        .detail("A generator name is letters, digits and underscores (A-Z, a-z, 0-9, _), starting with a letter.")
+        .raise();
     }
     let deleted = Spi::connect_mut(|client| {
         let args: Vec<DatumWithOid> = vec![name.as_str().into()];
@@ -610,6 +620,17 @@ fn check_name(name: &str) -> Result<(), CosidError> {
 
 fn check_namespace(namespace: &str, default_namespace: &str) -> Result<(), CosidError> {
     let quoted = layout::quote_for_message(namespace, true);
+    // SAFETY: reads the encoding of the database this backend is connected to.
+    let utf8 = unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_UTF8 as i32;
+    if !utf8 && !namespace.is_ascii() {
+        // The worker and the lease store read namespaces as UTF-8, and cosid.status shows
+        // them in every database of the server, whatever its encoding.
+        return Err(CosidError::invalid_argument(format!(
+            "invalid cosid namespace {quoted}"
+        ))
+        .detail("In a database whose encoding is not UTF8, a namespace is ASCII characters only.")
+        .hint("Choose an ASCII namespace, or keep cosid.database in a UTF8 database."));
+    }
     if namespace.is_empty()
         || namespace.len() > crate::settings::MAX_NAMESPACE_LEN
         || namespace.chars().any(char::is_control)

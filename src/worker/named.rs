@@ -48,6 +48,10 @@ pub type SharedStore = Rc<RefCell<Box<dyn LeaseStore>>>;
 /// A definition not used, and why.
 type Skipped = (String, &'static str);
 
+/// Marks a name or namespace read from the definitions whose bytes are not UTF-8 (it starts
+/// with a character no valid text read there has: a NUL).
+const NOT_UTF8: &str = "\0";
+
 /// A definition as read from `cosid.generator`.
 struct Row {
     name: String,
@@ -431,8 +435,11 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
         }
         let table = client
             .select(
-                "SELECT g.name, g.namespace, g.epoch_ms, g.time_unit, g.timestamp_bits, \
-                 g.machine_bits, g.sequence_bits, n.layout \
+                // The text as UTF-8 whatever the database's encoding (the names are ASCII by
+                // the table's check; a namespace need not be).
+                "SELECT pg_catalog.convert_to(g.name, 'UTF8'), \
+                 pg_catalog.convert_to(g.namespace, 'UTF8'), g.epoch_ms, g.time_unit, \
+                 g.timestamp_bits, g.machine_bits, g.sequence_bits, n.layout \
                  FROM cosid.generator g LEFT JOIN cosid.generator_namespace n \
                  ON n.namespace OPERATOR(pg_catalog.=) g.namespace ORDER BY g.created_at, g.name",
                 None,
@@ -441,6 +448,18 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
             .map_err(|e| e.to_string())?;
         let mut rows = Vec::new();
         for row in table {
+            // Bytes that are not UTF-8 (a database of encoding SQL_ASCII) give a row that is
+            // skipped below, not an error that would stop every generator.
+            let utf8 = |ordinal| {
+                row.get::<Vec<u8>>(ordinal)
+                    .map(|bytes| {
+                        let bytes = bytes.unwrap_or_default();
+                        String::from_utf8(bytes).unwrap_or_else(|not_utf8| {
+                            format!("{NOT_UTF8}{}", String::from_utf8_lossy(not_utf8.as_bytes()))
+                        })
+                    })
+                    .map_err(|e| e.to_string())
+            };
             let text = |ordinal| {
                 row.get::<String>(ordinal)
                     .map(Option::unwrap_or_default)
@@ -456,8 +475,8 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
                 .map_err(|e| e.to_string())?
                 .unwrap_or(i64::MIN);
             rows.push((
-                text(1)?,
-                text(2)?,
+                utf8(1)?,
+                utf8(2)?,
                 epoch_ms,
                 text(4)?,
                 int(5)?,
@@ -497,6 +516,13 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
             continue;
         };
         if name.is_empty() || name == shmem::DEFAULT_NAME || namespace.is_empty() {
+            continue;
+        }
+        if name.starts_with(NOT_UTF8) || namespace.starts_with(NOT_UTF8) {
+            skipped.push((
+                name.trim_start_matches(NOT_UTF8).to_string(),
+                "its name or namespace is not text of a known encoding (cosid.database's encoding is SQL_ASCII)",
+            ));
             continue;
         }
         // The default generator's namespace may have changed since the generator was created:
