@@ -53,6 +53,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         exit_worker();
     }
     BackgroundWorker::connect_worker_to_spi(Some(&settings.database), None);
+    crate::store::local::pin_session_settings();
     slot.lease.connect_attempts.store(0, Ordering::Relaxed);
     let store = match store::open(lease_settings.lease_store.as_deref(), shutdown_requested) {
         Ok(store) => store,

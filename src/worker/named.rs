@@ -596,6 +596,7 @@ pub extern "C-unwind" fn cosid_generators_worker_main(_arg: pg_sys::Datum) {
         }
     }
     BackgroundWorker::connect_worker_to_spi(Some(&settings.database), None);
+    crate::store::local::pin_session_settings();
     attempts.store(0, Ordering::Relaxed);
     let mut named = NamedGenerators::new(
         settings,
