@@ -694,13 +694,47 @@ GRANT EXECUTE ON FUNCTION
 CREATE TABLE cosid.generator_name (
     name          text        PRIMARY KEY,
     namespace     text        NOT NULL,
-    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    UNIQUE (name, namespace)
 );
-COMMENT ON TABLE cosid.generator_name IS 'The namespace of every name a named cosid generator had. Do not delete rows: a name must keep its namespace, so that the ids called under it never repeat.';
+COMMENT ON TABLE cosid.generator_name IS 'The namespace of every name a named cosid generator had. Rows cannot be deleted: a name keeps its namespace, so that the ids called under it never repeat.';
+
+-- Refuses DELETE and TRUNCATE of the records a name and a namespace keep (DROP EXTENSION drops
+-- the tables, and the uninstall guard says what it would lose).
+CREATE FUNCTION cosid.generator_history_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'rows of %.% cannot be deleted', TG_TABLE_SCHEMA, TG_TABLE_NAME
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = 'A name keeps its namespace, and a namespace its layout, after its generator is dropped: ids of another namespace or layout could repeat the ids called under them.',
+              HINT = 'Drop a generator with cosid_drop_generator(); its name and namespace stay reserved.';
+END
+$$;
+CREATE TRIGGER generator_name_kept BEFORE DELETE ON cosid.generator_name
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_name_not_truncated BEFORE TRUNCATE ON cosid.generator_name
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_namespace_kept BEFORE DELETE ON cosid.generator_namespace
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_namespace_not_truncated BEFORE TRUNCATE ON cosid.generator_namespace
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+COMMENT ON FUNCTION cosid.generator_history_guard() IS 'Trigger of cosid.generator_name and cosid.generator_namespace: refuses DELETE and TRUNCATE, since a name keeps its namespace and a namespace its layout.';
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
--- The names defined now keep their namespaces; those dropped before 0.5.0 are not known.
+-- The names defined now keep their namespaces. Of those dropped before 0.5.0 only the ones
+-- whose namespace had their name (a namespace defaults to the name) are known.
 INSERT INTO cosid.generator_name (name, namespace, first_used_at)
     SELECT g.name, g.namespace, g.created_at FROM cosid.generator g;
+INSERT INTO cosid.generator_name (name, namespace, first_used_at)
+    SELECT n.namespace, n.namespace, n.first_used_at FROM cosid.generator_namespace n
+     WHERE n.namespace ~ '^[A-Za-z][A-Za-z0-9_]{0,62}$' AND n.namespace <> 'default'
+    ON CONFLICT (name) DO NOTHING;
+-- Every definition, however it got there (a restore, an older library), is under its name's
+-- recorded namespace.
+ALTER TABLE cosid.generator ADD CONSTRAINT generator_keeps_its_names_namespace
+    FOREIGN KEY (name, namespace) REFERENCES cosid.generator_name (name, namespace);
 
 -- The catalog comments of the store's new and changed functions (see src/sql/comments.rs).
 COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) IS 'Lease protocol: claims a machine id of a namespace for a holder, which then waits for the returned watermark; answers settling while the store settles after its identity changed. Called by the cosid background worker.';

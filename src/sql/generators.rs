@@ -51,9 +51,38 @@ SELECT pg_catalog.pg_extension_config_dump('cosid.generator_namespace', '');
 CREATE TABLE cosid.generator_name (
     name          text        PRIMARY KEY,
     namespace     text        NOT NULL,
-    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    UNIQUE (name, namespace)
 );
-COMMENT ON TABLE cosid.generator_name IS 'The namespace of every name a named cosid generator had. Do not delete rows: a name must keep its namespace, so that the ids called under it never repeat.';
+COMMENT ON TABLE cosid.generator_name IS 'The namespace of every name a named cosid generator had. Rows cannot be deleted: a name keeps its namespace, so that the ids called under it never repeat.';
+-- Every definition, however it got there (a restore, an older library), is under its name's
+-- recorded namespace.
+ALTER TABLE cosid.generator ADD CONSTRAINT generator_keeps_its_names_namespace
+    FOREIGN KEY (name, namespace) REFERENCES cosid.generator_name (name, namespace);
+
+-- Refuses DELETE and TRUNCATE of the records a name and a namespace keep (DROP EXTENSION drops
+-- the tables, and the uninstall guard says what it would lose).
+CREATE FUNCTION cosid.generator_history_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'rows of %.% cannot be deleted', TG_TABLE_SCHEMA, TG_TABLE_NAME
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = 'A name keeps its namespace, and a namespace its layout, after its generator is dropped: ids of another namespace or layout could repeat the ids called under them.',
+              HINT = 'Drop a generator with cosid_drop_generator(); its name and namespace stay reserved.';
+END
+$$;
+CREATE TRIGGER generator_name_kept BEFORE DELETE ON cosid.generator_name
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_name_not_truncated BEFORE TRUNCATE ON cosid.generator_name
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_namespace_kept BEFORE DELETE ON cosid.generator_namespace
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_namespace_not_truncated BEFORE TRUNCATE ON cosid.generator_namespace
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+COMMENT ON FUNCTION cosid.generator_history_guard() IS 'Trigger of cosid.generator_name and cosid.generator_namespace: refuses DELETE and TRUNCATE, since a name keeps its namespace and a namespace its layout.';
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
 "#,
     name = "generator_tables",
@@ -187,6 +216,24 @@ fn cosid_create_generator(
             .detail("Each generator holds its own machine id in its own namespace.")
             .hint("Choose another namespace.")
             .raise();
+        }
+        let updated = client
+            .select(
+                "SELECT pg_catalog.to_regclass('cosid.generator_name') IS NOT NULL",
+                None,
+                &[],
+            )
+            .or_raise_spi()
+            .first()
+            .get::<bool>(1)
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+        if !updated {
+            CosidError::prerequisite("the extension cosid in this database is older than its library")
+                .detail("cosid_create_generator() of this library records each name's namespace in cosid.generator_name, which the extension's SQL of this database does not have yet.")
+                .hint("Run ALTER EXTENSION cosid UPDATE in this database.")
+                .raise();
         }
         let name_args: Vec<DatumWithOid> = vec![name.as_str().into()];
         let named_before = client

@@ -33,6 +33,11 @@ pub fn install_drop_guard() {
     unsafe {
         PREVIOUS_HOOK = pg_sys::ProcessUtility_hook;
         pg_sys::ProcessUtility_hook = Some(cosid_process_utility);
+        pg_sys::RegisterSubXactCallback(Some(forget_aborted_statements), std::ptr::null_mut());
+        pg_sys::RegisterXactCallback(
+            Some(forget_statements_of_the_transaction),
+            std::ptr::null_mut(),
+        );
     }
 }
 
@@ -55,12 +60,14 @@ extern "C-unwind" {
     );
 }
 
-/// What the hook read before a statement ran, for after it ran: a stack, since utility
-/// statements nest (an extension's script, a function running DDL). A statement that failed
-/// leaves its entry behind; the next one to finish below it drops it, and a top-level statement
-/// starts afresh.
+/// What the hook read before a statement ran, for after it ran, under a number of its own that
+/// the hook's frame keeps: statements nest (an extension's script, a function running DDL), and
+/// a nested one can have the same parse tree as the one around it. A statement that failed
+/// leaves its entry behind: entries of a subtransaction are dropped when it aborts, all of them
+/// when the transaction does, and those above a statement when it finishes.
 struct Pending {
-    statement: *mut pg_sys::Node,
+    number: u64,
+    subtransaction: pg_sys::SubTransactionId,
     at_risk: Option<AtRisk>,
     cascade: Option<bool>,
     creating: bool,
@@ -69,6 +76,43 @@ struct Pending {
 
 thread_local! {
     static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
+    static NEXT_NUMBER: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
+}
+
+/// Drops the entries of statements that failed with their subtransaction.
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_aborted_statements(
+    event: pg_sys::SubXactEvent::Type,
+    aborted: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        // Subtransaction ids only grow within a transaction: the aborted one's statements and
+        // those of its children have ids from it up.
+        PENDING.with(|stack| {
+            stack
+                .borrow_mut()
+                .retain(|entry| entry.subtransaction < aborted)
+        });
+    }
+}
+
+/// Drops every entry when the transaction aborts.
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_statements_of_the_transaction(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::XactEvent::XACT_EVENT_ABORT
+        || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
+    {
+        PENDING.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            stack.clear();
+            stack.shrink_to_fit();
+        });
+    }
 }
 
 /// Not `#[pg_guard]`: this frame holds nothing to drop (raw pointers and plain values only), so
@@ -89,10 +133,7 @@ unsafe extern "C-unwind" fn cosid_process_utility(
     // unchanged to the previous hook or the standard one, as every ProcessUtility hook must.
     unsafe {
         let statement = (*pstmt).utilityStmt;
-        before_statement(
-            statement,
-            context == pg_sys::ProcessUtilityContext::PROCESS_UTILITY_TOPLEVEL,
-        );
+        let number = before_statement(statement);
         match PREVIOUS_HOOK {
             Some(previous) => previous(
                 pstmt,
@@ -115,7 +156,7 @@ unsafe extern "C-unwind" fn cosid_process_utility(
                 qc,
             ),
         }
-        after_statement(statement);
+        after_statement(number);
     }
 }
 
@@ -125,7 +166,7 @@ unsafe extern "C-unwind" fn cosid_process_utility(
 /// # Safety
 /// `statement` is the utility statement's parse tree, or null.
 #[pg_guard]
-unsafe extern "C-unwind" fn before_statement(statement: *mut pg_sys::Node, top_level: bool) {
+unsafe extern "C-unwind" fn before_statement(statement: *mut pg_sys::Node) -> u64 {
     // SAFETY: the caller's promise.
     if let Some(refusal) = unsafe { drops_the_lease_database(statement) } {
         refusal.raise();
@@ -137,8 +178,11 @@ unsafe extern "C-unwind" fn before_statement(statement: *mut pg_sys::Node, top_l
     // SAFETY: the caller's promise.
     let cascade = unsafe { may_drop_extension(statement) };
     let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
+    let number = NEXT_NUMBER.with(|next| next.replace(next.get() + 1));
     let pending = Pending {
-        statement,
+        number,
+        // SAFETY: reads the id of the subtransaction the statement runs in.
+        subtransaction: unsafe { pg_sys::GetCurrentSubTransactionId() },
         at_risk,
         cascade,
         // SAFETY: the caller's promise.
@@ -146,28 +190,18 @@ unsafe extern "C-unwind" fn before_statement(statement: *mut pg_sys::Node, top_l
         // SAFETY: the caller's promise.
         subscribing: unsafe { starts_a_subscription(statement) },
     };
-    PENDING.with(|stack| {
-        let mut stack = stack.borrow_mut();
-        if top_level {
-            stack.clear();
-        }
-        stack.push(pending);
-    });
+    PENDING.with(|stack| stack.borrow_mut().push(pending));
+    number
 }
 
-/// After the statement ran: the NOTICE and WARNING it calls for, and the refusal of a drop that
-/// lost something (the ERROR rolls the drop back).
-///
-/// # Safety
-/// `statement` is the utility statement's parse tree, or null.
+/// After the statement `before_statement` numbered ran: the NOTICE and WARNING it calls for, and
+/// the refusal of a drop that lost something (the ERROR rolls the drop back).
 #[pg_guard]
-unsafe extern "C-unwind" fn after_statement(statement: *mut pg_sys::Node) {
+extern "C-unwind" fn after_statement(number: u64) {
     let Some(pending) = PENDING.with(|stack| {
         let mut stack = stack.borrow_mut();
         // Entries above this statement's are of nested statements that failed.
-        let position = stack
-            .iter()
-            .rposition(|entry| entry.statement == statement)?;
+        let position = stack.iter().rposition(|entry| entry.number == number)?;
         let pending = stack.swap_remove(position);
         stack.truncate(position);
         Some(pending)
