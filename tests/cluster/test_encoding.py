@@ -27,6 +27,8 @@ class Latin1Definitions(ClusterTest):
         self.assertIn("a namespace is ASCII characters only", refused.exception.stderr)
         # A definition written past the function, as a superuser can: the row of 'ok' copied
         # under a namespace of two LATIN1 letters.
+        cluster.query(f"INSERT INTO cosid.generator_name (name, namespace) "
+                      f"VALUES ('lg', {NAMESPACE})")
         cluster.query(
             "INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, "
             f"machine_bits, sequence_bits) SELECT 'lg', {NAMESPACE}, epoch_ms, time_unit, "
