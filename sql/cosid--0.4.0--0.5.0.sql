@@ -722,6 +722,7 @@ CREATE TRIGGER generator_namespace_kept BEFORE DELETE ON cosid.generator_namespa
 CREATE TRIGGER generator_namespace_not_truncated BEFORE TRUNCATE ON cosid.generator_namespace
     FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
 COMMENT ON FUNCTION cosid.generator_history_guard() IS 'Trigger of cosid.generator_name and cosid.generator_namespace: refuses DELETE and TRUNCATE, since a name keeps its namespace and a namespace its layout.';
+REVOKE ALL ON FUNCTION cosid.generator_history_guard() FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
 -- The names defined now keep their namespaces. Of those dropped before 0.5.0 only the ones
 -- whose namespace had their name (a namespace defaults to the name) are known.
