@@ -30,6 +30,14 @@ def restore(cluster, dump, db, *options):
     return result.returncode, result.stdout
 
 
+def dump_of(cluster, db):
+    """pg_dump -Fc of `db`; the file's path."""
+    dump = cluster.base / f"{db}.dump"
+    subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port, "-U",
+                                "postgres", "-Fc", "-f", dump, db]), check=True)
+    return dump
+
+
 def longest_stop_s(sessions):
     """The longest time, by the ids' own timestamps, in which the server issued nothing."""
     stamps = sorted({ts_ms_of(value) for session in sessions for value in session.ids})
@@ -52,10 +60,7 @@ class Restore(ClusterTest):
         cluster.query("UPDATE cosid.machine_lease SET watermark_ms = "
                       f"cosid.unix_ms(clock_timestamp()) + {watermark_from_now_ms} "
                       "WHERE machine_id = 0", db="source")
-        dump = cluster.base / "source.dump"
-        subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
-                                    "-U", "postgres", "-Fc", "-f", dump, "source"]),
-                       check=True)
+        dump = dump_of(cluster, "source")
         return dump, cluster.rows(ROWS, db="source")
 
     def assert_every_row_kept(self, cluster, dumped):
@@ -157,9 +162,7 @@ class Restore(ClusterTest):
         cluster.query("CREATE EXTENSION cosid", db="app")
         cluster.query("CREATE TABLE orders (id bigint PRIMARY KEY "
                       "DEFAULT cosid_next('orders_id'), note text)", db="app")
-        dump = cluster.base / "app.dump"
-        subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
-                                    "-U", "postgres", "-Fc", "-f", dump, "app"]), check=True)
+        dump = dump_of(cluster, "app")
         # Another server, whose cosid.database has no such generator.
         elsewhere = self.track(Cluster("restore-elsewhere", free_port(25975),
                                        dict(FAST_LEASES)).init())
@@ -188,10 +191,7 @@ class Restore(ClusterTest):
         cluster.query("CREATE EXTENSION cosid", db="source")
         cluster.query("SELECT outcome FROM cosid.lease_claim('cosid', 10, 'gone', false, 4000, "
                       "'t-gone', 0, 'epoch 0 ms, second, 31/10/22 bits', true)", db="source")
-        dump = cluster.base / "source.dump"
-        subprocess.run(as_postgres([PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", cluster.port,
-                                    "-U", "postgres", "-Fc", "-f", dump, "source"]),
-                       check=True)
+        dump = dump_of(cluster, "source")
         cluster.query("CREATE DATABASE appdb")
         cluster.query("CREATE EXTENSION cosid", db="appdb")
         wait_up(cluster)
