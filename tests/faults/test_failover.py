@@ -97,8 +97,8 @@ class Failover(FailoverScenario, unittest.TestCase):
     def test_a_synchronous_standby_loses_nothing(self):
         # The holder keeps its lease only if it renews on the promoted store before its own
         # deadline. With a 6 s safe guard that leaves 3.4 to 5.4 s, and a loaded suite once
-        # took longer: the holder stopped, rightly, and the claimer won the machine id once the
-        # store had settled. The long safe guard leaves at least 8.8 s.
+        # took longer: the holder stopped, rightly, and was still claiming at the end. The long
+        # safe guard leaves at least 8.8 s.
         (holder, claimer), stopped_s = self.run_scenario(
             "failover to a synchronous standby", lambda holder, claimer: time.sleep(1.0),
             lambda: fail_over(self.primary, self.standby), LONG_SAFE_GUARD_S + 4,
