@@ -8,6 +8,7 @@
 
 mod clock;
 mod error;
+mod history;
 mod host;
 mod local_state;
 mod settings;

@@ -108,15 +108,17 @@ pub fn final_record(namespace: &str, machine_id: u32, last_ms: i64) -> StateReco
 /// Writes the record so that it survives a crash of the machine: a new file, flushed, renamed
 /// over the old one, and the directory flushed. The error names the file.
 pub fn write(file: &str, record: &StateRecord) -> Result<(), String> {
-    write_durably(file, record)
+    write_line_durably(file, &record.to_line())
         .map_err(|why| format!("could not write the state file \"{file}\": {why}"))
 }
 
-fn write_durably(file_name: &str, record: &StateRecord) -> std::io::Result<()> {
+/// Writes `line` as the whole file, so that it survives a crash of the machine: a new file,
+/// flushed, renamed over the old one, and the directory flushed.
+pub fn write_line_durably(file_name: &str, line: &str) -> std::io::Result<()> {
     use std::io::Write;
     let temporary = format!("{file_name}.tmp");
     let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(record.to_line().as_bytes())?;
+    file.write_all(line.as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&temporary, file_name)?;
     std::fs::File::open(".")?.sync_all()

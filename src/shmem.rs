@@ -416,6 +416,25 @@ fn fresh_state() -> SharedState {
         &instance_id,
     );
     *slot.phase.get_mut() = Phase::Live as u32;
+    if !matches!(settings.machine, MachineSource::Missing(_)) {
+        let layout = settings.config.layout;
+        match crate::history::open_default(&settings.namespace, &layout) {
+            crate::history::Opening::Generate(floor_ms) => {
+                if let Some(ticks) = floor_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok()) {
+                    slot.state.set_history_floor(ticks);
+                }
+            }
+            crate::history::Opening::Refuse(why) => {
+                // Never opened: neither the state writer nor the lease worker opens it, and a
+                // floor past the layout's last tick keeps any opening from issuing.
+                slot.state.set_history_floor(u64::MAX);
+                slot.lease.set_problem(LeaseProblem::History);
+                slot.lease.last_error.store(&why);
+                slot.lease.set_state(LeaseState::Stopped);
+                return state;
+            }
+        }
+    }
     match &settings.machine {
         MachineSource::Fixed(machine_id) => {
             // The machine id was checked against the layout with the settings. This hook may

@@ -119,6 +119,9 @@ pub struct GeneratorState {
     /// No id once the monotonic clock reaches this (`u64::MAX`: no deadline): the lease's local
     /// deadline.
     deadline_ms: AtomicU64,
+    /// Every opening's floor is at least this tick: what the definition's history requires
+    /// (`history.rs`), set before the generator is first opened.
+    history_floor_ticks: AtomicU64,
     ids_issued: AtomicU64,
     next_tick_waits: AtomicU64,
     clock_backwards_waits: AtomicU64,
@@ -158,6 +161,7 @@ impl GeneratorState {
             word: AtomicU64::new(CLOSED_BIT),
             tick_bound: AtomicU64::new(u64::MAX),
             deadline_ms: AtomicU64::new(u64::MAX),
+            history_floor_ticks: AtomicU64::new(0),
             ids_issued: AtomicU64::new(0),
             next_tick_waits: AtomicU64::new(0),
             clock_backwards_waits: AtomicU64::new(0),
@@ -165,15 +169,28 @@ impl GeneratorState {
         }
     }
 
-    /// Starts issuing ids with `machine_id`, all in ticks after `floor_ticks`. A machine id
-    /// beyond the layout's machine bits is refused and the generator stays as it was: it would
-    /// spill into the timestamp and make ids of another machine id, or out of order.
+    /// Every later opening issues nothing at or before `floor_ticks`: ids of an earlier
+    /// definition of this generator reach that far (`history.rs`).
+    pub fn set_history_floor(&self, floor_ticks: u64) {
+        self.history_floor_ticks
+            .store(floor_ticks, Ordering::Release);
+    }
+
+    pub fn history_floor_ticks(&self) -> u64 {
+        self.history_floor_ticks.load(Ordering::Acquire)
+    }
+
+    /// Starts issuing ids with `machine_id`, all in ticks after `floor_ticks` (and after the
+    /// history's floor). A machine id beyond the layout's machine bits is refused and the
+    /// generator stays as it was: it would spill into the timestamp and make ids of another
+    /// machine id, or out of order.
     pub fn open(
         &self,
         layout: &Layout,
         machine_id: u32,
         floor_ticks: u64,
     ) -> Result<(), PartsError> {
+        let floor_ticks = floor_ticks.max(self.history_floor_ticks());
         let floor = layout.compose(IdParts {
             ticks: floor_ticks.min(layout.max_ticks()),
             machine_id,
@@ -576,6 +593,23 @@ mod tests {
         let id = state.next_id(&config, &mut clock).unwrap();
         assert_eq!(parts(&config, id), (T0 + 1, 3, 0));
         assert_eq!(clock.spins, 2, "one spin per reading of the floor tick");
+    }
+
+    #[test]
+    fn every_opening_stays_above_the_history_floor() {
+        let config = config(12, 2047);
+        let state = GeneratorState::closed();
+        let layout = &config.layout;
+        state.set_history_floor(layout.unix_ms_to_ticks(T0 + 5).unwrap());
+        state
+            .open(layout, 3, layout.unix_ms_to_ticks(T0).unwrap())
+            .unwrap();
+        assert_eq!(state.last_timestamp_ms(layout), T0 + 5);
+        // A later floor still wins over the history's.
+        state
+            .open(layout, 3, layout.unix_ms_to_ticks(T0 + 9).unwrap())
+            .unwrap();
+        assert_eq!(state.last_timestamp_ms(layout), T0 + 9);
     }
 
     #[test]

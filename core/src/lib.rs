@@ -9,6 +9,7 @@
 pub mod conninfo;
 pub mod distributor;
 pub mod generator;
+pub mod history;
 pub mod layout;
 pub mod lease;
 pub mod protocol;

@@ -967,7 +967,74 @@ fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
         )
 }
 
+/// The refusal of a default generator whose history forbids its definition, or whose ids must
+/// still wait to be above those of its previous definition (`crate::history`).
+fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
+    if slot.name() != shmem::DEFAULT_NAME {
+        return None;
+    }
+    const SETTINGS: &str = "cosid.namespace, cosid.epoch, cosid.time_unit, cosid.timestamp_bits, \
+                            cosid.machine_bits and cosid.sequence_bits";
+    if slot.lease.problem() == LeaseProblem::History {
+        // SAFETY: superuser() only reads the current user's role, which every backend has.
+        let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
+        let settings = settings::server()?;
+        let previous = crate::history::read().ok().flatten();
+        let verdict = cosid_core::history::verdict(
+            previous.as_ref(),
+            &settings.namespace,
+            &settings.config.layout,
+        );
+        let hint = match verdict {
+            cosid_core::history::Verdict::LastIdUnknown { .. } => format!(
+                "Restart the server with the settings it had before ({SETTINGS}), and stop it \
+                 cleanly (pg_ctl stop -m fast): the last id is then recorded, and at the next \
+                 start the new settings issue ids above it. For a new layout in new columns, \
+                 create a named generator instead (cosid_create_generator)."
+            ),
+            _ => format!(
+                "Set {SETTINGS} back to what the history records and restart. For a new layout \
+                 in new columns, create a named generator instead (cosid_create_generator)."
+            ),
+        };
+        let mut detail = why;
+        if let Some(first) = detail.chars().next() {
+            detail.replace_range(..first.len_utf8(), &first.to_uppercase().to_string());
+        }
+        return Some(
+            CosidError::prerequisite("cosid_next() refuses: the default generator's definition changed")
+                .detail(format!(
+                    "{}. Ids of the new definition could repeat those issued before, so none is issued.",
+                    detail.trim_end_matches('.')
+                ))
+                .hint(hint),
+        );
+    }
+    let floor_ms = crate::history::floor_ahead_ms(slot)?;
+    Some(
+        CosidError::unavailable(format!(
+            "the default generator issues no id before {}",
+            layout::format_unix_ms(floor_ms)
+        ))
+        .detail(format!(
+            "The default generator's namespace or layout changed at the last start (now \
+             namespace \"{}\"): every id it issues is above every id issued under the previous \
+             definition, and the first such id is dated after {}.",
+            slot.namespace(),
+            layout::format_unix_ms(floor_ms)
+        ))
+        .hint(format!(
+            "Retry after that time, or set {SETTINGS} back to the previous definition (recorded \
+             in {} in the data directory) and restart.",
+            crate::history::HISTORY_FILE
+        )),
+    )
+}
+
 fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) -> CosidError {
+    if let Some(refusal) = history_error(slot) {
+        return refusal;
+    }
     match why {
         GenerateError::Closed => closed_error(slot),
         GenerateError::ClockBackwards {

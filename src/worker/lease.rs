@@ -83,7 +83,17 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     if let Err(line) = apply_clock_thresholds() {
         session.note(LogLevel::Warning, line);
     }
-    session.start(settings::lease_timing());
+    // A definition its history refuses claims no machine id: it would hold one of the
+    // namespace's for nothing. The named generators are still managed here.
+    let history_refused = slot.lease.problem() == LeaseProblem::History;
+    if history_refused {
+        warning!(
+            "cosid: the default generator generates no id: {}",
+            slot.lease.last_error.load()
+        );
+    } else {
+        session.start(settings::lease_timing());
+    }
     let source = Source::Leased {
         store,
         database: settings.database.clone(),
@@ -107,14 +117,18 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         // The default generator first, and again between the named ones: its renewal must not
         // wait behind all their calls.
         let mut default_step = || {
-            if boottime_ms() >= session.next_wake_ms() {
+            if !history_refused && boottime_ms() >= session.next_wake_ms() {
                 session.step();
             }
         };
         default_step();
         named.step(&mut default_step);
-        let wait = session
-            .next_wake_ms()
+        let default_wake_ms = if history_refused {
+            u64::MAX
+        } else {
+            session.next_wake_ms()
+        };
+        let wait = default_wake_ms
             .min(named.next_wake_ms())
             .saturating_sub(boottime_ms())
             .clamp(10, 1_000);
@@ -124,7 +138,9 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     }
     // Stop and release on SIGTERM; when the postmaster died there is nothing to release to.
     if shutdown_requested() {
-        session.shutdown();
+        if !history_refused {
+            session.shutdown();
+        }
         named.shutdown();
     }
     exit_worker();

@@ -39,9 +39,13 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     let MachineSource::Fixed(machine_id) = settings.machine else {
         return;
     };
-    if slot.lease.problem() == LeaseProblem::StateFile {
-        // The floor in the file is unknown, and the generator was left closed: overwriting the
-        // file would lose the floor for good. Nothing to do until the server is restarted.
+    if matches!(
+        slot.lease.problem(),
+        LeaseProblem::StateFile | LeaseProblem::History
+    ) {
+        // The floor in the file is unknown, or the history refused the definition, and the
+        // generator was left closed: overwriting the file would lose the floor for good.
+        // Nothing to do until the server is restarted.
         warning!(
             "cosid: {}; no id is generated and the file is left as it is",
             slot.lease.last_error.load()

@@ -90,6 +90,8 @@ pub enum LeaseProblem {
     StateFile = 10,
     /// The store's identity changed: it hands out no machine id until it settled.
     StoreSettling = 11,
+    /// The default generator's history forbids its definition (`history.rs`).
+    History = 12,
 }
 
 impl LeaseProblem {
@@ -116,6 +118,9 @@ impl LeaseProblem {
             LeaseProblem::StoreSettling => {
                 "the lease store changed identity (failover, recovery or restore) and is settling"
             }
+            LeaseProblem::History => {
+                "the default generator's namespace or layout changed, and its ids could repeat"
+            }
         }
     }
 
@@ -132,6 +137,7 @@ impl LeaseProblem {
             9 => LeaseProblem::OwnLeaseLive,
             10 => LeaseProblem::StateFile,
             11 => LeaseProblem::StoreSettling,
+            12 => LeaseProblem::History,
             _ => LeaseProblem::None,
         }
     }

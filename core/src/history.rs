@@ -1,0 +1,460 @@
+//! The default generator's history (`cosid.history` in the data directory): the namespace and
+//! layout its ids were issued under, so that a restart with another `cosid.namespace`, epoch,
+//! time unit or widths never repeats them. Pure: the caller reads and writes the file.
+//!
+//! Ids of two namespaces can coincide (the same machine id can be held in both), and so can ids
+//! of two layouts (another epoch dates the same bits differently): a column fed by
+//! `cosid_next()` across such a change could get an id it got before. Named generators keep
+//! their namespace in the database (`cosid.generator_name`); the default generator's
+//! definition is the server's settings, so its record is kept where they act, beside the
+//! server's other state files.
+//!
+//! The rule: after a change, every id of the new definition is above every id the old one
+//! could have issued. That is known only when the old definition's last id is: the server
+//! records it when it stops cleanly (the postmaster's exit, when no backend is left to issue
+//! one). While a definition is in use the record says "running", with no last id; a change
+//! from such a record (the server crashed or was killed under the old settings) is refused
+//! until the server has run once more with the old settings and stopped cleanly.
+//!
+//! The floor a change gives is carried in every later record of the new definition, so that a
+//! crash before the new ids have passed it does not forget it.
+//!
+//! # Format
+//!
+//! One JSON object on one line, ending with a newline:
+//!
+//! ```text
+//! {"cosid_history":1,"namespace":"cosid","layout":{"epoch_ms":1577203200000,"time_unit":"millisecond","timestamp_bits":41,"machine_bits":10,"sequence_bits":12},"last_ms":null,"floor_ms":null}
+//! ```
+
+use crate::layout::{IdParts, Layout, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+/// The version written in `cosid_history`.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// A layout as the history stores it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutRecord {
+    pub epoch_ms: i64,
+    pub time_unit: String,
+    pub timestamp_bits: u32,
+    pub machine_bits: u32,
+    pub sequence_bits: u32,
+}
+
+impl LayoutRecord {
+    pub fn of(layout: &Layout) -> LayoutRecord {
+        LayoutRecord {
+            epoch_ms: layout.epoch_ms(),
+            time_unit: layout.time_unit().name().to_string(),
+            timestamp_bits: layout.timestamp_bits(),
+            machine_bits: layout.machine_bits(),
+            sequence_bits: layout.sequence_bits(),
+        }
+    }
+
+    /// The layout, if the record is a valid one.
+    pub fn layout(&self) -> Option<Layout> {
+        let time_unit = match self.time_unit.as_str() {
+            "millisecond" => TimeUnit::Millisecond,
+            "second" => TimeUnit::Second,
+            _ => return None,
+        };
+        Layout::new(
+            self.epoch_ms,
+            time_unit,
+            self.timestamp_bits,
+            self.machine_bits,
+            self.sequence_bits,
+        )
+        .ok()
+    }
+
+    /// The layout in words, for messages: "epoch 1577203200000 ms, millisecond, 41/10/12 bits".
+    pub fn describe(&self) -> String {
+        format!(
+            "epoch {} ms, {}, {}/{}/{} bits",
+            self.epoch_ms,
+            self.time_unit,
+            self.timestamp_bits,
+            self.machine_bits,
+            self.sequence_bits
+        )
+    }
+}
+
+/// One record of the history file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryRecord {
+    pub cosid_history: u64,
+    pub namespace: String,
+    pub layout: LayoutRecord,
+    /// The timestamp of the last id issued (or above it), in Unix milliseconds, written when the
+    /// server stopped cleanly; `None` while the definition is in use.
+    pub last_ms: Option<i64>,
+    /// Nothing of this definition is issued at or before this Unix millisecond: what a change
+    /// from an earlier definition left (see the module's text).
+    pub floor_ms: Option<i64>,
+}
+
+/// Why the content of a history file is not a record. The texts complete "the history file …".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    NotText,
+    Truncated,
+    SeveralLines,
+    Invalid(String),
+    UnknownVersion(String),
+    BadLayout,
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParseError::NotText => write!(f, "is not UTF-8 text"),
+            ParseError::Truncated => write!(f, "is truncated: it does not end with a newline"),
+            ParseError::SeveralLines => write!(f, "holds more than one line"),
+            ParseError::Invalid(why) => write!(f, "is not a valid cosid history record: {why}"),
+            ParseError::UnknownVersion(version) => write!(
+                f,
+                "has format version {version}, which this version of cosid does not read"
+            ),
+            ParseError::BadLayout => write!(f, "records a layout that is not valid"),
+        }
+    }
+}
+
+impl HistoryRecord {
+    /// The record of a definition in use, carrying `floor_ms`.
+    pub fn running(namespace: &str, layout: &Layout, floor_ms: Option<i64>) -> HistoryRecord {
+        HistoryRecord {
+            cosid_history: FORMAT_VERSION,
+            namespace: namespace.to_string(),
+            layout: LayoutRecord::of(layout),
+            last_ms: None,
+            floor_ms,
+        }
+    }
+
+    /// The same record once the server stopped cleanly, its last id at `last_ms`.
+    pub fn stopped(&self, last_ms: i64) -> HistoryRecord {
+        HistoryRecord {
+            last_ms: Some(last_ms),
+            ..self.clone()
+        }
+    }
+
+    pub fn to_line(&self) -> String {
+        // Serialising plain strings and integers cannot fail.
+        let mut line = serde_json::to_string(self).unwrap_or_default();
+        line.push('\n');
+        line
+    }
+
+    /// The record of a file's content: exactly one record, or an error (never "no record").
+    pub fn parse(content: &[u8]) -> Result<HistoryRecord, ParseError> {
+        let text = std::str::from_utf8(content).map_err(|_| ParseError::NotText)?;
+        let line = text.strip_suffix('\n').ok_or(ParseError::Truncated)?;
+        if line.contains(['\n', '\r']) {
+            return Err(ParseError::SeveralLines);
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|why| ParseError::Invalid(why.to_string()))?;
+        match value.get("cosid_history") {
+            Some(version) if version.as_u64() == Some(FORMAT_VERSION) => {}
+            Some(version) => return Err(ParseError::UnknownVersion(version.to_string())),
+            None => {
+                return Err(ParseError::Invalid(
+                    "missing field `cosid_history`".to_string(),
+                ))
+            }
+        }
+        let record: HistoryRecord =
+            serde_json::from_value(value).map_err(|why| ParseError::Invalid(why.to_string()))?;
+        if record.layout.layout().is_none() {
+            return Err(ParseError::BadLayout);
+        }
+        Ok(record)
+    }
+
+    fn is_definition(&self, namespace: &str, layout: &Layout) -> bool {
+        self.namespace == namespace && self.layout == LayoutRecord::of(layout)
+    }
+}
+
+/// What the history says of the definition a server starts with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Generate, above `floor_ms` if there is one; write `record` before any id is issued.
+    Generate {
+        floor_ms: Option<i64>,
+        record: HistoryRecord,
+    },
+    /// The definition changed, and the old one's last id is unknown: the server did not stop
+    /// cleanly under it.
+    LastIdUnknown { previous: HistoryRecord },
+    /// The definition changed, and no id of the new one can be above the old one's last.
+    NeverAbove { previous: HistoryRecord },
+}
+
+/// The verdict for a server starting with `namespace` and `layout`, given the record the
+/// history file holds (`None`: no file, the first start).
+pub fn verdict(previous: Option<&HistoryRecord>, namespace: &str, layout: &Layout) -> Verdict {
+    let Some(previous) = previous else {
+        return Verdict::Generate {
+            floor_ms: None,
+            record: HistoryRecord::running(namespace, layout, None),
+        };
+    };
+    if previous.is_definition(namespace, layout) {
+        return Verdict::Generate {
+            floor_ms: previous.floor_ms,
+            record: HistoryRecord::running(namespace, layout, previous.floor_ms),
+        };
+    }
+    let (Some(last_ms), Some(old_layout)) = (previous.last_ms, previous.layout.layout()) else {
+        return Verdict::LastIdUnknown {
+            previous: previous.clone(),
+        };
+    };
+    // The old definition issued nothing above the floor it carried, nor above its last id.
+    let last_ms = last_ms.max(previous.floor_ms.unwrap_or(i64::MIN));
+    match floor_above(&old_layout, last_ms, layout) {
+        Some(floor_ms) => Verdict::Generate {
+            floor_ms: Some(floor_ms),
+            record: HistoryRecord::running(namespace, layout, Some(floor_ms)),
+        },
+        None => Verdict::NeverAbove {
+            previous: previous.clone(),
+        },
+    }
+}
+
+/// The Unix millisecond at or before which `new` must issue nothing, so that each of its ids is
+/// above every id `old` can have issued up to `last_ms`: the largest such id has `old`'s tick of
+/// `last_ms` and every machine and sequence bit set. `None` when `new` has no id above it.
+pub fn floor_above(old: &Layout, last_ms: i64, new: &Layout) -> Option<i64> {
+    let old_ticks = match old.unix_ms_to_ticks(last_ms) {
+        Ok(ticks) => ticks,
+        // Before the old epoch: nothing was issued.
+        Err(crate::layout::TimeRangeError::BeforeEpoch) => return Some(i64::MIN),
+        Err(crate::layout::TimeRangeError::AfterMaximum) => old.max_ticks(),
+    };
+    let largest_old = old
+        .compose(IdParts {
+            ticks: old_ticks,
+            machine_id: old.max_machine_id(),
+            sequence: old.max_sequence(),
+        })
+        .ok()?;
+    // The ids of `new` in a tick T are T << shift and above, so each tick after
+    // largest_old >> shift holds only larger ids.
+    let shift = new.machine_bits() + new.sequence_bits();
+    let floor_ticks = (largest_old as u64) >> shift;
+    if floor_ticks >= new.max_ticks() {
+        return None;
+    }
+    // The last millisecond of the floor tick: nothing at or before it.
+    Some(new.ticks_to_unix_ms(floor_ticks + 1) - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::COSID_EPOCH_MS;
+
+    fn millis(epoch_ms: i64) -> Layout {
+        Layout::new(epoch_ms, TimeUnit::Millisecond, 41, 10, 12).unwrap()
+    }
+
+    fn seconds(epoch_ms: i64) -> Layout {
+        Layout::new(epoch_ms, TimeUnit::Second, 31, 10, 22).unwrap()
+    }
+
+    const NOW: i64 = 1_790_000_000_000;
+
+    fn every_new_id_above(old: &Layout, last_ms: i64, new: &Layout, floor_ms: i64) {
+        let largest_old = old
+            .compose(IdParts {
+                ticks: old.unix_ms_to_ticks(last_ms).unwrap(),
+                machine_id: old.max_machine_id(),
+                sequence: old.max_sequence(),
+            })
+            .unwrap();
+        let first_tick = new.unix_ms_to_ticks(floor_ms).unwrap() + 1;
+        let smallest_new = new
+            .compose(IdParts {
+                ticks: first_tick,
+                machine_id: 0,
+                sequence: 0,
+            })
+            .unwrap();
+        assert!(
+            smallest_new > largest_old,
+            "{smallest_new} <= {largest_old}"
+        );
+        // And the tick before the first allowed one still holds ids at or below it: the floor
+        // is not needlessly high.
+        let below = new
+            .compose(IdParts {
+                ticks: first_tick - 1,
+                machine_id: 0,
+                sequence: 0,
+            })
+            .unwrap();
+        assert!(below <= largest_old);
+    }
+
+    #[test]
+    fn a_first_start_generates_with_no_floor() {
+        let verdict = verdict(None, "cosid", &millis(COSID_EPOCH_MS));
+        assert_eq!(
+            verdict,
+            Verdict::Generate {
+                floor_ms: None,
+                record: HistoryRecord::running("cosid", &millis(COSID_EPOCH_MS), None),
+            }
+        );
+    }
+
+    #[test]
+    fn the_same_definition_keeps_the_floor_it_carries_whether_or_not_it_stopped_cleanly() {
+        let layout = millis(COSID_EPOCH_MS);
+        for last_ms in [None, Some(NOW)] {
+            let previous = HistoryRecord {
+                last_ms,
+                ..HistoryRecord::running("cosid", &layout, Some(NOW - 5))
+            };
+            match verdict(Some(&previous), "cosid", &layout) {
+                Verdict::Generate { floor_ms, record } => {
+                    assert_eq!(floor_ms, Some(NOW - 5));
+                    assert_eq!(record.floor_ms, Some(NOW - 5));
+                    assert_eq!(record.last_ms, None, "running again");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_change_after_a_crash_is_refused() {
+        let previous = HistoryRecord::running("cosid", &millis(COSID_EPOCH_MS), None);
+        for (namespace, layout) in [
+            ("other", millis(COSID_EPOCH_MS)),
+            ("cosid", millis(COSID_EPOCH_MS + 600_000)),
+            ("cosid", seconds(COSID_EPOCH_MS)),
+        ] {
+            assert_eq!(
+                verdict(Some(&previous), namespace, &layout),
+                Verdict::LastIdUnknown {
+                    previous: previous.clone()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn another_namespace_of_the_same_layout_waits_only_past_the_last_id() {
+        let layout = millis(COSID_EPOCH_MS);
+        let previous = HistoryRecord::running("cosid", &layout, None).stopped(NOW);
+        match verdict(Some(&previous), "orders", &layout) {
+            Verdict::Generate { floor_ms, record } => {
+                assert_eq!(floor_ms, Some(NOW));
+                assert_eq!(record.namespace, "orders");
+                assert_eq!(record.floor_ms, Some(NOW));
+                every_new_id_above(&layout, NOW, &layout, NOW);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_epoch_moved_forward_waits_that_much_longer() {
+        // The finding: ids of an epoch ten minutes later repeat those of ten minutes before.
+        let old = millis(COSID_EPOCH_MS);
+        let new = millis(COSID_EPOCH_MS + 600_000);
+        let floor_ms = floor_above(&old, NOW, &new).unwrap();
+        assert_eq!(floor_ms, NOW + 600_000);
+        every_new_id_above(&old, NOW, &new, floor_ms);
+    }
+
+    #[test]
+    fn an_epoch_moved_back_needs_no_wait() {
+        let old = millis(COSID_EPOCH_MS);
+        let new = millis(COSID_EPOCH_MS - 86_400_000);
+        let floor_ms = floor_above(&old, NOW, &new).unwrap();
+        assert!(floor_ms < NOW - 86_000_000);
+        every_new_id_above(&old, NOW, &new, floor_ms);
+    }
+
+    #[test]
+    fn other_units_and_widths_are_compared_by_id() {
+        let old = seconds(COSID_EPOCH_MS);
+        let new = millis(COSID_EPOCH_MS);
+        // A second-layout id is larger than a millisecond one of the same instant (its ticks
+        // are shifted by 32 bits, not 22, 4.3 million per second against 4.2): the
+        // millisecond ids pass it about 59 days later.
+        let floor_ms = floor_above(&old, NOW, &new).unwrap();
+        assert!(floor_ms > NOW + 50 * 86_400_000, "{}", floor_ms - NOW);
+        every_new_id_above(&old, NOW, &new, floor_ms);
+        // A layout whose every id is below the old one's last: never above.
+        let short = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 20, 10, 12).unwrap();
+        let previous = HistoryRecord::running("cosid", &old, None).stopped(NOW);
+        assert_eq!(
+            verdict(Some(&previous), "cosid", &short),
+            Verdict::NeverAbove {
+                previous: previous.clone()
+            }
+        );
+        // The other way round, the new ids are above at once.
+        let floor_ms = floor_above(&new, NOW, &old).unwrap();
+        assert!(floor_ms < NOW);
+        every_new_id_above(&new, NOW, &old, floor_ms);
+        let narrow = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 8, 12).unwrap();
+        // Fewer machine bits: the same instant makes ids four times smaller, so the floor is
+        // years away (and the server refuses rather than wait for it).
+        let layout = millis(COSID_EPOCH_MS);
+        let floor_ms = floor_above(&layout, NOW, &narrow).unwrap();
+        assert!(floor_ms > NOW + 3 * 365 * 86_400_000);
+        every_new_id_above(&layout, NOW, &narrow, floor_ms);
+    }
+
+    #[test]
+    fn a_carried_floor_above_the_last_id_counts() {
+        let layout = millis(COSID_EPOCH_MS);
+        let previous = HistoryRecord::running("cosid", &layout, Some(NOW + 1_000)).stopped(NOW);
+        match verdict(Some(&previous), "orders", &layout) {
+            Verdict::Generate { floor_ms, .. } => assert_eq!(floor_ms, Some(NOW + 1_000)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_anything_else_is_an_error() {
+        let record =
+            HistoryRecord::running("ns \"é\"\t", &millis(COSID_EPOCH_MS), Some(7)).stopped(NOW);
+        let line = record.to_line();
+        assert_eq!(HistoryRecord::parse(line.as_bytes()), Ok(record));
+        assert_eq!(
+            HistoryRecord::parse(b"{\"cosid_history\":1}"),
+            Err(ParseError::Truncated)
+        );
+        assert!(matches!(
+            HistoryRecord::parse(b"{\"cosid_history\":2}\n"),
+            Err(ParseError::UnknownVersion(_))
+        ));
+        assert!(matches!(
+            HistoryRecord::parse(b"{}\n"),
+            Err(ParseError::Invalid(_))
+        ));
+        assert_eq!(HistoryRecord::parse(b"\xff\n"), Err(ParseError::NotText));
+        let bad = line.replace("\"sequence_bits\":12", "\"sequence_bits\":40");
+        assert_eq!(
+            HistoryRecord::parse(bad.as_bytes()),
+            Err(ParseError::BadLayout)
+        );
+    }
+}

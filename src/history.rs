@@ -1,0 +1,148 @@
+//! The default generator's history file, `cosid.history` in the data directory: the namespace
+//! and layout its ids were issued under, and their last id at a clean stop, so that a server
+//! restarted with another `cosid.namespace` or layout never repeats them. The rule and the
+//! record are in `cosid_core::history`; this file reads and writes it, in the postmaster only:
+//! once when shared memory is (re)initialised, before any backend exists, and once when the
+//! postmaster exits, after every backend is gone.
+//!
+//! A file that cannot be read exactly is a history nobody knows: the default generator refuses,
+//! as for a state file. The postmaster keeps, across crash-restarts of the segment, the latest
+//! timestamp any segment held, so that a clean stop after a crash records every id since the
+//! server started.
+
+use crate::host::unix_ms_now;
+use crate::local_state;
+use cosid_core::history::{self, HistoryRecord, Verdict};
+use cosid_core::layout::Layout;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::sync::Mutex;
+
+pub const HISTORY_FILE: &str = "cosid.history";
+
+/// The postmaster's record of the definition in use, and the latest timestamp a segment that
+/// was thrown away held (crash-restarts).
+struct Running {
+    record: HistoryRecord,
+    layout: Layout,
+    last_ms: i64,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+
+/// What the history says of the default generator at this (re)initialisation.
+pub enum Opening {
+    /// Open as usual, with nothing issued at or before this Unix millisecond, if any.
+    Generate(Option<i64>),
+    /// Never open: the reason, for the status.
+    Refuse(String),
+}
+
+/// Reads the history, decides, and records the definition in use before any id of it can be
+/// issued. In the postmaster's shared-memory startup hook.
+pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
+    let previous = match read() {
+        Ok(previous) => previous,
+        Err(why) => return Opening::Refuse(why),
+    };
+    match history::verdict(previous.as_ref(), namespace, layout) {
+        Verdict::Generate { floor_ms, record } => {
+            if let Err(why) = write(&record) {
+                return Opening::Refuse(why);
+            }
+            let mut running = RUNNING.lock().unwrap_or_else(|poison| poison.into_inner());
+            let last_ms = running.as_ref().map_or(i64::MIN, |r| r.last_ms);
+            *running = Some(Running {
+                record,
+                layout: *layout,
+                last_ms,
+            });
+            drop(running);
+            register_exit_callback();
+            Opening::Generate(floor_ms)
+        }
+        Verdict::LastIdUnknown { previous } => Opening::Refuse(format!(
+            "the default generator's namespace or layout changed (it was namespace \"{}\", {}), \
+             and the last id issued under the old one is unknown: the server did not stop cleanly \
+             with those settings",
+            previous.namespace,
+            previous.layout.describe()
+        )),
+        Verdict::NeverAbove { previous } => Opening::Refuse(format!(
+            "the default generator's layout changed (it was namespace \"{}\", {}), and no id of \
+             the new layout is above the ids issued under the old one",
+            previous.namespace,
+            previous.layout.describe()
+        )),
+    }
+}
+
+/// The record in the history file: `None` when there is none (the first start).
+pub fn read() -> Result<Option<HistoryRecord>, String> {
+    match std::fs::read(HISTORY_FILE) {
+        Ok(content) => HistoryRecord::parse(&content).map(Some).map_err(|why| {
+            format!(
+                "the history file \"{}\" {why}",
+                local_state::path(HISTORY_FILE)
+            )
+        }),
+        Err(why) if why.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(why) => Err(format!(
+            "the history file \"{}\" could not be read: {why}",
+            local_state::path(HISTORY_FILE)
+        )),
+    }
+}
+
+fn write(record: &HistoryRecord) -> Result<(), String> {
+    local_state::write_line_durably(HISTORY_FILE, &record.to_line()).map_err(|why| {
+        format!(
+            "could not write the history file \"{}\": {why}",
+            local_state::path(HISTORY_FILE)
+        )
+    })
+}
+
+fn register_exit_callback() {
+    // SAFETY: called in the postmaster's startup hook; the callback list is the postmaster's
+    // own, and it empties it when it throws the segment away (crash-restart), so each
+    // initialisation registers once.
+    unsafe { pg_sys::on_shmem_exit(Some(at_exit), pg_sys::Datum::from(0)) }
+}
+
+/// The postmaster's exit (code 0, every backend gone) records the last id of the definition;
+/// a segment thrown away after a crash (any other code) only adds its last timestamp to what
+/// the postmaster remembers. Registered after the segment was attached, so it runs while the
+/// segment still is.
+#[pg_guard]
+unsafe extern "C-unwind" fn at_exit(code: std::os::raw::c_int, _arg: pg_sys::Datum) {
+    let Ok(slot) = crate::shmem::default_generator() else {
+        return;
+    };
+    let mut running = RUNNING.lock().unwrap_or_else(|poison| poison.into_inner());
+    let Some(running) = running.as_mut() else {
+        return;
+    };
+    let segment_last_ms = slot.state.last_timestamp_ms(&running.layout);
+    running.last_ms = running.last_ms.max(segment_last_ms);
+    if code != 0 {
+        return;
+    }
+    // A failed write leaves the record "running": a later change of definition is refused,
+    // never let through.
+    if let Err(why) = write(&running.record.stopped(running.last_ms)) {
+        log!("cosid: {why}");
+    }
+}
+
+/// The Unix millisecond the default generator's ids stay above, when that is still ahead of
+/// the clock: for a refusal's message.
+pub fn floor_ahead_ms(slot: &crate::shmem::GeneratorSlot) -> Option<i64> {
+    let floor_ticks = slot.state.history_floor_ticks();
+    if floor_ticks == 0 {
+        return None;
+    }
+    let layout = slot.config().layout;
+    let floor_ms = layout.ticks_to_unix_ms(floor_ticks.min(layout.max_ticks()));
+    (floor_ms >= unix_ms_now()).then_some(floor_ms)
+}

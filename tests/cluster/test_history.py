@@ -1,0 +1,100 @@
+"""The default generator's history (cosid.history in the data directory): a server restarted with
+another cosid.namespace or layout never repeats the ids cosid_next() issued before. Under load,
+on real servers: a clean stop, then another namespace and an epoch moved forward (the ids wait
+until they are above the old ones, also across a kill -9 meanwhile); and a kill -9 under the old
+settings, after which the change is refused until the server stopped cleanly with them."""
+
+import time
+
+from helpers.clients import LoopingClients, duplicates
+from helpers.leases import FAST_LEASES, lease_cluster, wait_up
+from helpers.pgcluster import ClusterTest, SqlError, wait_for
+
+COSID_EPOCH = "2019-12-24T16:00:00Z"
+EPOCH_MS = 1_577_203_200_000
+SHIFT_S = 5
+
+
+def ids_of(sessions):
+    return [value for session in sessions for value in session.ids]
+
+
+class DefaultGeneratorHistory(ClusterTest):
+    def test_another_namespace_and_a_later_epoch_never_repeat_an_id(self):
+        # The finding: restarted with another namespace and an epoch moved forward, the server
+        # issued again ids it had issued before (the same machine id is free in the new
+        # namespace, and the later epoch dates the same bits earlier).
+        cluster = self.track(lease_cluster("history-epoch", 25180))
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        with LoopingClients(cluster, clients=2, batch=2000, batches_per_session=5) as before:
+            wait_for(lambda: before.ids_so_far() >= 60_000, 60, "ids before the change")
+            # Long enough that the later epoch reaches back into it.
+            started = time.monotonic()
+            wait_for(lambda: time.monotonic() - started >= SHIFT_S, SHIFT_S + 5,
+                     "a few seconds of ids")
+        cluster.stop()
+        old_ids = ids_of(before.sessions)
+        cluster.settings = {**FAST_LEASES, "cosid.namespace": "'orders'",
+                            "cosid.epoch": f"'{EPOCH_MS + SHIFT_S * 1000}'"}
+        cluster.write_settings()
+        cluster.start()
+        # Refused, saying until when, as long as a new id would be below an old one (checked
+        # at the end, after the oracles).
+        try:
+            first_answer = cluster.query("SELECT cosid_next()")
+        except SqlError as error:
+            first_answer = error
+        # A crash before the new ids are above the old ones forgets nothing: the floor is in
+        # the history.
+        cluster.crash()
+        cluster.start()
+        wait_up(cluster)
+        with LoopingClients(cluster, clients=2, batch=2000, batches_per_session=5) as after:
+            wait_for(lambda: after.ids_so_far() >= 60_000, 60, "ids after the change")
+        new_ids = ids_of(after.sessions)
+        refused = {s.sqlstate for s in after.sessions if s.error}
+        self.assertLessEqual(refused, {"55P03"})
+        print(f"\n  before: {len(old_ids)} ids; after the change: {len(new_ids)} ids, "
+              f"{sum(1 for s in after.sessions if s.error)} refused sessions")
+        self.assertEqual(duplicates(before.sessions + after.sessions), 0)
+        self.assertGreater(min(new_ids), max(old_ids))
+        self.assertIsInstance(first_answer, SqlError, "an id below the old ones was issued")
+        self.assertEqual(first_answer.sqlstate, "55P03")
+        self.assertIn("the default generator issues no id before", first_answer.message)
+
+    def test_a_change_after_a_crash_waits_for_a_clean_stop_under_the_old_settings(self):
+        cluster = self.track(lease_cluster("history-crash", 25181))
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        old_ids = [int(v) for v in cluster.query(
+            "SELECT cosid_next() FROM generate_series(1, 5000)").split()]
+        cluster.crash()
+        # The old settings' last id is not known: refused, and no machine id is taken.
+        cluster.settings = {**FAST_LEASES, "cosid.namespace": "'orders'"}
+        cluster.write_settings()
+        cluster.start()
+        with self.assertRaises(SqlError) as refusal:
+            cluster.query("SELECT cosid_next()")
+        self.assertEqual(refusal.exception.sqlstate, "55000")
+        self.assertIn("the default generator's definition changed", refusal.exception.message)
+        self.assertIn('it was namespace "cosid"', refusal.exception.stderr)
+        self.assertIn("stop it cleanly", refusal.exception.stderr)
+        self.assertEqual(cluster.rows("SELECT state FROM cosid.status")[0][0], "STOPPED")
+        self.assertEqual(cluster.query(
+            "SELECT count(*) FROM cosid.machine_lease WHERE namespace = 'orders'"), "0")
+        # What the HINT says: once with the old settings, stopped cleanly, then the new ones.
+        cluster.stop()
+        cluster.settings = FAST_LEASES
+        cluster.write_settings()
+        cluster.start()
+        wait_up(cluster)
+        cluster.stop()
+        cluster.settings = {**FAST_LEASES, "cosid.namespace": "'orders'"}
+        cluster.write_settings()
+        cluster.start()
+        wait_up(cluster)
+        new_ids = [int(v) for v in cluster.query(
+            "SELECT cosid_next() FROM generate_series(1, 5000)").split()]
+        self.assertGreater(min(new_ids), max(old_ids))
+        self.assertEqual(len(set(old_ids) | set(new_ids)), 10_000)
