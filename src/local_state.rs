@@ -24,7 +24,8 @@ pub const UPGRADE_MARKER: &str = "cosid.upgraded";
 /// old cluster's. pg_upgrade loads the library into the new cluster to check it, and preloads it
 /// when the cluster's settings say so; the first time marks the directory. A state file the new
 /// cluster wrote before (started once before the upgrade) is not this server's floor any more:
-/// it is put aside, so that only the old cluster's files, copied over, can give one.
+/// it is put aside, so that only the old cluster's files, copied over, can give one. So is the
+/// default generator's history (`cosid.history`), which is the old cluster's to give.
 pub fn mark_upgraded() -> Result<(), String> {
     use std::path::Path;
     if !Path::new("pg_upgrade_output.d").exists() || Path::new(UPGRADE_MARKER).exists() {
@@ -37,7 +38,7 @@ pub fn mark_upgraded() -> Result<(), String> {
         let hex_suffix = name
             .strip_prefix(&format!("{STATE_FILE}."))
             .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()));
-        if name == STATE_FILE || hex_suffix {
+        if name == STATE_FILE || name == crate::history::HISTORY_FILE || hex_suffix {
             let aside = format!("{name}.before-pg_upgrade");
             std::fs::rename(&name, &aside).map_err(|why| {
                 format!("could not rename \"{}\" to \"{aside}\": {why}", path(&name))
