@@ -1,10 +1,10 @@
 """monitoring/ with the tools people run: Debian's prometheus-postgres-exporter, given
 monitoring/postgres_exporter.yml and a role that is only a member of pg_monitor, scrapes real
 cosid servers in each state (UP; CLAIMING with no machine id left; DOWN with the lease store out
-of reach, then past its deadline; a fixed machine id; a role or a database it cannot read cosid
-in), and promtool checks monitoring/cosid.rules.yml and runs its unit tests. Without the tools
-the tests are skipped, except in CI (the CI variable set), where they fail: scripts/setup.sh
-installs them."""
+of reach, then past its deadline; a fixed machine id; STOPPED with none set; a role or a
+database it cannot read cosid in), and promtool checks monitoring/cosid.rules.yml and runs its
+unit tests. Without the tools the tests are skipped, except in CI (the CI variable set), where
+they fail: scripts/setup.sh installs them."""
 
 import math
 import os
@@ -253,7 +253,7 @@ class ExporterScrapesCosid(ClusterTest):
         self.assertLess(past["deadline_seconds"], 0, past)
         self.assertTrue(past["last_renewal_age_seconds"] > DEADLINE_S, past)
 
-    def test_a_manual_machine_id(self):
+    def test_a_fixed_machine_id_and_none_set(self):
         tool(EXPORTER)
         cluster = self.track(Cluster("montools-manual", free_port(25722),
                                      {"cosid.distributor": "manual",
@@ -283,6 +283,24 @@ class ExporterScrapesCosid(ClusterTest):
         for key in ("deadline_seconds", "last_renewal_age_seconds", "safe_guard_seconds",
                     "guarder_delay_seconds"):
             self.assertTrue(math.isnan(manual[key]), (key, manual))
+
+        # STOPPED: cosid.distributor manual and no cosid.machine_id, a configuration to fix (not
+        # a namespace whose machine ids are all held).
+        unset = self.track(Cluster("montools-unset", free_port(25723),
+                                   {"cosid.distributor": "manual"}).init())
+        unset.start()
+        unset.query("CREATE EXTENSION cosid; CREATE ROLE cosid_exporter LOGIN IN ROLE pg_monitor")
+        scrape = Exporter(self, unset, "cosid_exporter", preferred_port=25728).scrape()
+        self.assertEqual((scrape.value("pg_up"), scrape.value("pg_exporter_last_scrape_error")),
+                         (1, 0))
+        stopped = scrape.generator("default")
+        print(f"\n  STOPPED: {stopped}", end=" ")
+        self.assertEqual(
+            {key: stopped[key] for key in ("up", "generating", "state_code", "states_active",
+                                           "machine_id", "no_machine_id_left", "ids_issued")},
+            {"up": 0, "generating": 0, "state_code": 5, "states_active": ["STOPPED"],
+             "machine_id": -1, "no_machine_id_left": 0, "ids_issued": 0})
+        self.assertTrue(math.isnan(stopped["deadline_seconds"]), stopped)
 
 
 class AlertingRules(unittest.TestCase):
