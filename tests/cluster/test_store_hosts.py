@@ -84,10 +84,11 @@ class StoreRoleSettings(ClusterTest):
         wait_up(server, timeout=20)
         # With its password, the store role gives itself settings that would make every claim
         # and renewal fail, or end its sessions between renewals.
-        for setting in ("default_transaction_read_only = on",
-                        "default_transaction_isolation = 'serializable'",
+        # (Read-only last: the role's later sessions could not alter it any more.)
+        for setting in ("default_transaction_isolation = 'serializable'",
                         "idle_session_timeout = '300ms'",
-                        "idle_in_transaction_session_timeout = '1ms'"):
+                        "idle_in_transaction_session_timeout = '1ms'",
+                        "default_transaction_read_only = on"):
             query_as(store, FLEET_ROLE, f"ALTER ROLE {FLEET_ROLE} SET {setting}", FLEET_PASSWORD)
         # They take effect for the role's new sessions: the worker's connection is cut, and it
         # connects again.

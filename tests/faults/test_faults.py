@@ -518,7 +518,7 @@ class Faults(unittest.TestCase):
             return (value >> 22) & 1, (value >> 23) * 1000 + epoch_ms
 
         # 42704 while 'ev' is not defined.
-        self.run_with_load("generator dropped, defined again", drop, define_again, 1.0,
+        self.run_with_load("generator dropped, redefined", drop, define_again, 1.0,
                            generators=("ev",), decoder_of=lambda _: decode_ev,
                            expected=EXPECTED | {"42704"})
         self.assertEqual(len(refusals), 9)
