@@ -14,6 +14,7 @@ pub mod layout;
 pub mod lease;
 pub mod protocol;
 pub mod registry;
+pub mod session_settings;
 pub mod state_file;
 pub mod store_client;
 pub mod uninstall;

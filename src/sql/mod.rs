@@ -236,7 +236,7 @@ mod cosid {
         'static,
         (
             name!(name, String),
-            name!(namespace, String),
+            name!(namespace, text_arg::ServerText),
             name!(distributor, String),
             name!(instance_id, Option<String>),
             name!(state, String),
@@ -309,7 +309,7 @@ mod cosid {
         'static,
         (
             name!(name, String),
-            name!(namespace, String),
+            name!(namespace, text_arg::ServerText),
             name!(distributor, String),
             name!(instance_id, Option<String>),
             name!(state, String),
@@ -352,7 +352,7 @@ mod cosid {
     fn generator_status_v2() -> TableIterator<
         'static,
         (
-            name!(namespace, String),
+            name!(namespace, text_arg::ServerText),
             name!(distributor, String),
             name!(instance_id, Option<String>),
             name!(state, String),
@@ -388,7 +388,7 @@ mod cosid {
     fn generator_status() -> TableIterator<
         'static,
         (
-            name!(namespace, String),
+            name!(namespace, text_arg::ServerText),
             name!(distributor, String),
             name!(instance_id, Option<String>),
             name!(state, String),
@@ -421,7 +421,7 @@ mod cosid {
 
 /// A row of `cosid.status`, in the order of its columns.
 type StatusRow = (
-    String,
+    text_arg::ServerText,
     String,
     Option<String>,
     String,
@@ -516,7 +516,7 @@ fn status_rows() -> Vec<(String, StatusRow, StatusExtra)> {
                 }),
             };
             let row = (
-                slot.namespace().to_string(),
+                text_arg::ServerText(slot.namespace().to_string()),
                 slot.distributor().name().to_string(),
                 leased.then(|| slot.instance_id().to_string()),
                 lease.state().name().to_string(),

@@ -8,7 +8,8 @@
 //!
 //! The other direction matters for messages that quote an argument: PostgreSQL takes a message's
 //! bytes to be in the server encoding, and Rust's are UTF-8, so [`TextArg::quoted`] writes
-//! non-ASCII characters as `\uXXXX` escapes where the server encoding is not UTF-8.
+//! non-ASCII characters as `\uXXXX` escapes where the server encoding is not UTF-8, and
+//! [`ServerText`] is a `text` result converted from UTF-8 to the server encoding.
 
 use pgrx::callconv::{Arg, ArgAbi};
 use pgrx::prelude::*;
@@ -169,3 +170,100 @@ unsafe impl<'fcx> ArgAbi<'fcx> for GeneratorName {
 }
 
 pgrx::impl_sql_translatable!(GeneratorName, arg_only = "text");
+
+/// A `text` result: UTF-8 text (a namespace the workers read from `cosid.database`, whatever its
+/// encoding) converted to the encoding of the database it is shown in. A character that encoding
+/// does not have is shown as a `\uXXXX` escape, as messages show it, rather than as other
+/// characters or an error.
+pub struct ServerText(pub String);
+
+impl ServerText {
+    /// The text's bytes in the server encoding.
+    fn to_server(&self) -> Vec<u8> {
+        let text = self.0.as_str();
+        let encoding = server_encoding();
+        if text.is_ascii()
+            || encoding == pg_sys::pg_enc::PG_UTF8 as i32
+            || encoding == pg_sys::pg_enc::PG_SQL_ASCII as i32
+        {
+            return text.as_bytes().to_vec();
+        }
+        utf8_to_server(text, encoding).unwrap_or_else(|| {
+            cosid_core::layout::quote_for_message(text, true)
+                .trim_matches('"')
+                .as_bytes()
+                .to_vec()
+        })
+    }
+}
+
+/// `text` converted from UTF-8 to `encoding`, or `None` when a character has no equivalent there.
+fn utf8_to_server(text: &str, encoding: i32) -> Option<Vec<u8>> {
+    let utf8 = pg_sys::pg_enc::PG_UTF8 as i32;
+    // SAFETY: a catalog lookup of the default conversion, inside the transaction of the query
+    // that shows the text.
+    let proc = unsafe { pg_sys::FindDefaultConversionProc(utf8, encoding) };
+    if proc == pg_sys::InvalidOid {
+        return None;
+    }
+    let mut source = text.as_bytes().to_vec();
+    // What a conversion may need at most, with its terminating NUL.
+    let mut target = vec![0u8; source.len() * pg_sys::MAX_CONVERSION_GROWTH as usize + 1];
+    // SAFETY: `source` is valid UTF-8 of the length given, and `target` has the room PostgreSQL
+    // asks for (MAX_CONVERSION_GROWTH bytes for each source byte, and a NUL). With noError, the
+    // conversion stops at the first character it cannot convert instead of raising, and
+    // returns how many source bytes it converted; what it wrote is NUL-terminated.
+    let converted = unsafe {
+        pg_sys::pg_do_encoding_conversion_buf(
+            proc,
+            utf8,
+            encoding,
+            source.as_mut_ptr(),
+            source.len() as std::ffi::c_int,
+            target.as_mut_ptr(),
+            target.len() as std::ffi::c_int,
+            true,
+        )
+    };
+    if converted < 0 || converted as usize != source.len() {
+        return None;
+    }
+    let end = target.iter().position(|&byte| byte == 0)?;
+    target.truncate(end);
+    Some(target)
+}
+
+impl IntoDatum for ServerText {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        let bytes = self.to_server();
+        // SAFETY: cstring_to_text_with_len copies `len` bytes into a new palloc'd text in the
+        // current memory context; the bytes are text in the server encoding.
+        let text = unsafe {
+            pg_sys::cstring_to_text_with_len(
+                bytes.as_ptr().cast::<std::ffi::c_char>(),
+                bytes.len() as std::ffi::c_int,
+            )
+        };
+        Some(pg_sys::Datum::from(text))
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::TEXTOID
+    }
+}
+
+// SAFETY: the datum is a `text`, as its SQL type says.
+unsafe impl pgrx::callconv::BoxRet for ServerText {
+    unsafe fn box_into<'fcx>(
+        self,
+        fcinfo: &mut pgrx::callconv::FcInfo<'fcx>,
+    ) -> pgrx::datum::Datum<'fcx> {
+        match self.into_datum() {
+            // SAFETY: a text datum of the current memory context, returned as the result.
+            Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+            None => fcinfo.return_null(),
+        }
+    }
+}
+
+impl_sql_translatable!(ServerText, "text");

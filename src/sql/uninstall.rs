@@ -2,7 +2,10 @@
 //!
 //! Dropping the extension drops its tables with their rows. A machine id without a row of
 //! `cosid.machine_lease` counts as never used, so a later claim would wait for no watermark and
-//! could issue ids again; the named generators' definitions (`cosid.generator`) would go too.
+//! could issue ids again; the named generators' definitions (`cosid.generator`) would go too, and
+//! the records of every name and namespace a generator had (`cosid.generator_name`,
+//! `cosid.generator_namespace`), which keep a name from being defined again in a way that could
+//! repeat its ids.
 //! And `CASCADE` strips every `DEFAULT cosid_next()` of the database without a word.
 //!
 //! An event trigger cannot guard this: one that belongs to the extension is dropped with it before
@@ -399,6 +402,11 @@ struct AtRisk {
     lease_rows: i64,
     namespaces: Vec<String>,
     generators: Vec<String>,
+    /// Rows of cosid.generator_name and cosid.generator_namespace (counted: a row that cannot be
+    /// read as text still counts), and what they say: "name" (namespace "namespace"), then the
+    /// namespaces recorded without a name.
+    recorded_names: i64,
+    names: Vec<String>,
     /// Columns whose default (or generation expression) calls a function of the extension:
     /// (table oid, column number, "table.column").
     defaults: Vec<(pg_sys::Oid, i16, String)>,
@@ -417,6 +425,7 @@ impl AtRisk {
         let loss = DropLoss {
             lease_rows: self.lease_rows.max(0) as u64,
             generators: self.generators.len() as u64,
+            recorded_names: self.recorded_names.max(0) as u64,
             stripped_defaults: stripped.len() as u64,
         };
         let refusal = match drop_refusal(loss, cascade)? {
@@ -441,6 +450,17 @@ impl AtRisk {
                 quoted_list(&self.generators)
             ))
             .hint("Drop them first with cosid_drop_generator(name), then retire their leases with cosid.lease_retire(namespace)."),
+            DropRefusal::RecordedNames => CosidError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+                "cannot drop extension cosid while it records generator names and namespaces",
+            )
+            .detail(format!(
+                "cosid.generator_name and cosid.generator_namespace have {} row{}: {}. A name keeps its namespace, and a namespace its layout, after its generator is dropped, so that the name defined again cannot repeat the ids called under it; dropped with the extension, these records would be lost.",
+                self.recorded_names,
+                if self.recorded_names == 1 { "" } else { "s" },
+                shown_of(&self.names),
+            ))
+            .hint("Keep the extension while ids called under these names are kept anywhere. Otherwise forget the records as the documentation on uninstalling says, then drop the extension."),
             DropRefusal::StrippedDefaults => {
                 let shown = stripped.iter().take(10).copied().collect::<Vec<_>>().join(", ");
                 let more = match stripped.len() {
@@ -460,6 +480,20 @@ impl AtRisk {
             }
         };
         Some(refusal)
+    }
+}
+
+/// The first ten of `items`, and how many more.
+fn shown_of(items: &[String]) -> String {
+    let shown = items
+        .iter()
+        .take(10)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    match items.len() {
+        0..=10 => shown,
+        n => format!("{shown} and {} more", n - 10),
     }
 }
 
@@ -497,6 +531,8 @@ fn at_risk() -> AtRisk {
                 lease_rows: 0,
                 namespaces: Vec::new(),
                 generators: Vec::new(),
+                recorded_names: 0,
+                names: Vec::new(),
                 defaults: Vec::new(),
             };
             if table_exists(client, "cosid.machine_lease") {
@@ -517,6 +553,11 @@ fn at_risk() -> AtRisk {
             }
             if table_exists(client, "cosid.generator") {
                 at_risk.generators = strings(client, "SELECT name FROM cosid.generator ORDER BY 1");
+            }
+            if table_exists(client, "cosid.generator_name")
+                && table_exists(client, "cosid.generator_namespace")
+            {
+                (at_risk.recorded_names, at_risk.names) = recorded_names(client);
             }
             if let Ok(rows) = client.select(
                 r#"
@@ -554,6 +595,49 @@ SELECT d.adrelid, d.adnum,
             at_risk
         })
     })
+}
+
+/// The rows of cosid.generator_name and cosid.generator_namespace, counted, and shown as
+/// `"name" (namespace "namespace")` and `namespace "namespace"` for a namespace recorded without a
+/// name. Read as UTF-8 through the server encoding; unreadable, the rows are presumed to be there,
+/// so that the drop is refused.
+fn recorded_names(client: &SpiClient<'_>) -> (i64, Vec<String>) {
+    let count = client
+        .select(
+            "SELECT (SELECT pg_catalog.count(*) FROM cosid.generator_name)              OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM cosid.generator_namespace)",
+            None,
+            &[],
+        )
+        .ok()
+        .and_then(|rows| rows.first().get::<i64>(1).ok().flatten())
+        .unwrap_or(1);
+    // SAFETY: reads the encoding of the database this backend is connected to.
+    let escape = unsafe { pg_sys::GetDatabaseEncoding() } != pg_sys::pg_enc::PG_UTF8 as i32;
+    let quoted = |bytes: Option<Vec<u8>>| {
+        cosid_core::layout::quote_for_message(
+            &String::from_utf8_lossy(&bytes.unwrap_or_default()),
+            escape,
+        )
+    };
+    let shown = client
+        .select(
+            "SELECT pg_catalog.convert_to(n.name, 'UTF8'), pg_catalog.convert_to(n.namespace, 'UTF8')              FROM cosid.generator_name n              UNION ALL              SELECT NULL, pg_catalog.convert_to(s.namespace, 'UTF8') FROM cosid.generator_namespace s              WHERE NOT EXISTS (SELECT FROM cosid.generator_name n WHERE n.namespace OPERATOR(pg_catalog.=) s.namespace)              ORDER BY 1 NULLS LAST, 2",
+            None,
+            &[],
+        )
+        .map(|rows| {
+            rows.map(|row| {
+                let name = row.get::<Vec<u8>>(1).ok().flatten();
+                let namespace = quoted(row.get::<Vec<u8>>(2).ok().flatten());
+                match name {
+                    Some(name) => format!("{} (namespace {namespace})", quoted(Some(name))),
+                    None => format!("namespace {namespace}"),
+                }
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    (count, shown)
 }
 
 fn table_exists(client: &SpiClient<'_>, name: &str) -> bool {

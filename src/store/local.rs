@@ -34,33 +34,20 @@ fn disarm_statement_timeout() {
     unsafe { disable_timeout(STATEMENT_TIMEOUT, false) };
 }
 
-/// The settings a worker's session runs with whatever `ALTER DATABASE ... SET` or
-/// `ALTER ROLE ... SET` gave it: the owner of `cosid.database`, who need not be a superuser, could
-/// otherwise make every claim fail (read-only transactions), end the session between renewals,
-/// or change what the protocol's PL/pgSQL means. (search_path, lock_timeout and
-/// synchronous_commit are set in each transaction.)
-const PINNED_SETTINGS: &[(&std::ffi::CStr, &std::ffi::CStr)] = &[
-    (c"default_transaction_read_only", c"off"),
-    (c"default_transaction_isolation", c"read committed"),
-    (c"default_transaction_deferrable", c"off"),
-    (c"statement_timeout", c"0"),
-    (c"idle_in_transaction_session_timeout", c"0"),
-    (c"idle_session_timeout", c"0"),
-    #[cfg(any(feature = "pg17", feature = "pg18"))]
-    (c"transaction_timeout", c"0"),
-    (c"exit_on_error", c"off"),
-    (c"session_replication_role", c"origin"),
-    (c"plpgsql.variable_conflict", c"error"),
-    (c"plpgsql.extra_errors", c"none"),
-    (c"plpgsql.extra_warnings", c"none"),
-];
-
-/// Pins [`PINNED_SETTINGS`] for the rest of the worker's session; called right after it
-/// connected to its database, outside any transaction.
+/// Pins the settings of `cosid_core::session_settings` (those this server's version has) for the
+/// rest of the worker's session, whatever `ALTER DATABASE ... SET` or `ALTER ROLE ... SET` gave
+/// it; called right after it connected to its database, outside any transaction. (search_path,
+/// lock_timeout and synchronous_commit are set in each transaction.)
 pub fn pin_session_settings() {
-    for (name, value) in PINNED_SETTINGS {
-        // SAFETY: both are NUL-terminated constants; a session-level setting of a superuser's
-        // session, as SET would make it, overrides the database's and the role's.
+    for setting in cosid_core::session_settings::pinned_for(pg_sys::PG_VERSION_NUM, true) {
+        let (Ok(name), Ok(value)) = (
+            std::ffi::CString::new(setting.name),
+            std::ffi::CString::new(setting.value),
+        ) else {
+            continue;
+        };
+        // SAFETY: both are NUL-terminated; a session-level setting of a superuser's session, as
+        // SET would make it, overrides the database's and the role's.
         unsafe {
             pg_sys::SetConfigOption(
                 name.as_ptr(),

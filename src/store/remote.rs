@@ -313,13 +313,18 @@ impl RemoteStore {
             let tls = self.tls_connector()?;
             self.open(config, tls, limit)?
         };
+        // The statement timeout first, since a role's or database's may be too short for the
+        // rest; then the settings every worker session pins (cosid_core::session_settings),
+        // which a store role can give itself with ALTER ROLE ... SET; then this client's own.
         let session = format!(
-            "SET search_path = pg_catalog, pg_temp; \
+            "SET statement_timeout = {ms}; SET search_path = pg_catalog, pg_temp; \
+             {pinning}; \
              SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
              SET idle_in_transaction_session_timeout = {ms}; \
              SET default_transaction_isolation = 'read committed'; \
              SET synchronous_commit = on",
-            ms = self.timeout.as_millis().max(1)
+            ms = self.timeout.as_millis().max(1),
+            pinning = cosid_core::session_settings::store_pinning_sql(),
         );
         // What is left of the host's time, and at least a little for each step.
         let left = || {

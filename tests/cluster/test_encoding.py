@@ -1,8 +1,13 @@
 """cosid.database in a LATIN1 database: a namespace that is not ASCII is refused at create, and
 one definition the workers read that has such a namespace (written before this check, or past
 the function) goes through the server encoding: it stops no other generator, it is used under
-the same characters in every database, and a drop of a name no generator can have answers
-42704."""
+the same characters in every database, cosid.status shows it in those characters in a LATIN1
+database and a UTF8 one, and a drop of a name no generator can have answers 42704. And a
+namespace of a UTF8 cosid.database that LATIN1 has no character for is shown escaped in a LATIN1
+database."""
+
+import os
+from unittest import mock
 
 from helpers.generators import wait_generators_up
 from helpers.leases import FAST_LEASES, wait_up
@@ -12,6 +17,9 @@ NAMESPACE = "E'ns\\351\\377x'"
 
 
 class Latin1Definitions(ClusterTest):
+    # The tests' psql reads in UTF8 whatever the database's encoding: cosid.status's LATIN1 text
+    # reaches them converted.
+    @mock.patch.dict(os.environ, {"PGCLIENTENCODING": "UTF8"})
     def test_one_namespace_that_is_not_ascii_stops_no_generator(self):
         cluster = self.track(Cluster("encoding-latin1", free_port(25615), dict(FAST_LEASES),
                                      initdb_options=["-E", "LATIN1"]).init())
@@ -41,6 +49,10 @@ class Latin1Definitions(ClusterTest):
         wait_generators_up(cluster, ["ok", "lg"])
         self.assertIsNotNone(cluster.query("SELECT cosid_next('ok')"))
         self.assertIsNotNone(cluster.query("SELECT cosid_next('lg')"))
+        # cosid.status shows it in the characters it holds, converted to each database's
+        # encoding: the LATIN1 letters in this one.
+        self.assertEqual(cluster.query(
+            f"SELECT namespace = {NAMESPACE} FROM cosid.status WHERE name = 'lg'"), "t")
         cluster.query("CREATE DATABASE utf8 ENCODING 'UTF8' TEMPLATE template0")
         cluster.query("CREATE EXTENSION cosid", db="utf8")
         self.assertEqual(cluster.query("SELECT namespace FROM cosid.status WHERE name = 'lg'",
@@ -49,3 +61,20 @@ class Latin1Definitions(ClusterTest):
             cluster.query("SELECT cosid_drop_generator(E'\\351')")
         self.assertEqual(unknown.exception.sqlstate, "42704", unknown.exception.stderr)
         self.assertIn("does not exist", unknown.exception.message)
+
+
+class Latin1Status(ClusterTest):
+    def test_a_namespace_latin1_cannot_show_is_escaped(self):
+        cluster = self.track(Cluster("encoding-status", free_port(25617),
+                                     {"cosid.distributor": "'manual'", "cosid.machine_id": 3}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("SELECT cosid_create_generator('eu', namespace => E'ns\\u20ac\\u00e9')")
+        wait_generators_up(cluster, ["eu"])
+        cluster.query("CREATE DATABASE latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' "
+                      "TEMPLATE template0")
+        cluster.query("CREATE EXTENSION cosid", db="latin1")
+        # The euro sign has no LATIN1 character: the namespace is shown as messages show it.
+        self.assertEqual(cluster.query(
+            "SELECT namespace = 'ns\\u20AC\\u00E9' FROM cosid.status WHERE name = 'eu'",
+            db="latin1"), "t")

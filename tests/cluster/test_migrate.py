@@ -17,6 +17,12 @@ from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, as_postgr
                                query_as, wait_for)
 
 
+# The documentation's step that forgets the records of generator names and namespaces, as a
+# superuser (docs/uninstalling.md).
+FORGET_NAMES = ("BEGIN; SET LOCAL session_replication_role = replica; "
+                "DELETE FROM cosid.generator_name; DELETE FROM cosid.generator_namespace; COMMIT")
+
+
 def sqlstate_of(cluster, sql, db="postgres"):
     try:
         cluster.query(sql, db)
@@ -109,7 +115,37 @@ class Uninstall(ClusterTest):
         query_as(cluster, "alice", "DROP SCHEMA public CASCADE", db="shop")
         self.assertEqual(cluster.query(
             "SELECT count(*) FROM pg_extension WHERE extname = 'cosid'", db="shop"), "0")
-        # In cosid.database, with no rows left, the drop goes through.
+        # In cosid.database, with no rows left but the name's record, the drop goes through
+        # once that is forgotten as the documentation says.
+        cluster.query(FORGET_NAMES)
+        cluster.query("DROP EXTENSION cosid")
+
+    def test_the_records_of_names_and_namespaces_block_the_drop(self):
+        # A name keeps its namespace, and a namespace its layout, after its generator is
+        # dropped: a drop of the extension would lose those records, after which the name could
+        # be defined again in another namespace or layout and repeat its ids.
+        cluster = self.track(Cluster("migrate-names", free_port(25567),
+                                     {"cosid.distributor": "'manual'", "cosid.machine_id": 3}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("SELECT cosid_create_generator('invoices', namespace => 'billing'); "
+                      "SELECT cosid_drop_generator('invoices')")
+        for statement in ("DROP EXTENSION cosid", "DROP EXTENSION cosid CASCADE",
+                          "DROP SCHEMA public CASCADE"):
+            state, stderr = sqlstate_of(cluster, statement)
+            self.assertEqual(state, "55006", f"{statement}: {stderr}")
+            self.assertIn("while it records generator names and namespaces", stderr)
+            self.assertIn('"invoices" (namespace "billing")', stderr)
+            self.assertIn("HINT:", stderr)
+        self.assertEqual(cluster.query("SELECT count(*) FROM cosid.generator_name"), "1")
+        # A namespace's record alone blocks it too (the update to 0.5.0 records the namespaces
+        # of leases without a name).
+        cluster.query("BEGIN; SET LOCAL session_replication_role = replica; "
+                      "DELETE FROM cosid.generator_name; COMMIT")
+        state, stderr = sqlstate_of(cluster, "DROP EXTENSION cosid")
+        self.assertEqual(state, "55006", stderr)
+        self.assertIn('namespace "billing"', stderr)
+        cluster.query(FORGET_NAMES)
         cluster.query("DROP EXTENSION cosid")
 
     def test_the_documented_uninstall_keeps_every_new_id_above_the_old_ones(self):
@@ -142,7 +178,12 @@ class Uninstall(ClusterTest):
             return sqlstate_of(cluster, retire)[0] is None
         wait_for(retired, 90, "the watermarks to be a minute old")
         self.assertEqual(cluster.query("SELECT count(*) FROM cosid.machine_lease"), "0")
-        # Step 4: drop.
+        # Step 4: the records of the names, which block the drop until they are forgotten.
+        state, stderr = sqlstate_of(cluster, "DROP EXTENSION cosid")
+        self.assertEqual(state, "55006", stderr)
+        self.assertIn('"orders" (namespace "orders")', stderr)
+        cluster.query(FORGET_NAMES)
+        # Step 5: drop.
         cluster.query("DROP EXTENSION cosid")
         # Installed again, with leases: no id at or below the old ones.
         cluster.settings = dict(FAST_LEASES)

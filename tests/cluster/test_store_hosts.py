@@ -1,13 +1,16 @@
 """A store string with several hosts, as libpq takes it: each host gets a connect_timeout of its
 own, start-up exchange included; a host that is read-only (a hot standby) is passed over,
 whatever target_session_attrs says; and a string whose every host is read-only shows so in
-cosid.status."""
+cosid.status. The store role's own settings (ALTER ROLE ... SET, which the role may give itself)
+do not make a writable host read-only, nor break the worker's session: the client pins them."""
 
 import time
 
-from helpers.fleet import Proxy, fleet_server, start_store
-from helpers.leases import FAST_LEASES, status, wait_up
-from helpers.pgcluster import ClusterTest, wait_for
+from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, start_store
+from helpers.leases import FAST_LEASES, SAFE_GUARD_S, status, wait_up
+from helpers.pgcluster import ClusterTest, query_as, wait_for
+
+LEASE_WORKER = "application_name = 'cosid lease worker'"
 from helpers.replication import start_standby
 
 
@@ -69,3 +72,39 @@ class StoreHosts(ClusterTest):
         self.assertEqual(status(server)["state"], "STOPPED")
         self.assertEqual(server.query("SELECT count(*) FROM cosid.status "
                                       "WHERE machine_id IS NULL"), "1")
+
+
+class StoreRoleSettings(ClusterTest):
+    def test_the_store_roles_own_settings_stop_no_server(self):
+        store = self.track(start_store("hosts-role-settings", 25840))
+        server = self.track(fleet_server("hosts-role-settings-server", 25845, store.port,
+                                         FAST_LEASES))
+        server.start()
+        server.query("CREATE EXTENSION cosid")
+        wait_up(server, timeout=20)
+        # With its password, the store role gives itself settings that would make every claim
+        # and renewal fail, or end its sessions between renewals.
+        # (Read-only last: the role's later sessions could not alter it any more.)
+        for setting in ("default_transaction_isolation = 'serializable'",
+                        "idle_session_timeout = '300ms'",
+                        "idle_in_transaction_session_timeout = '1ms'",
+                        "default_transaction_read_only = on"):
+            query_as(store, FLEET_ROLE, f"ALTER ROLE {FLEET_ROLE} SET {setting}", FLEET_PASSWORD)
+        # They take effect for the role's new sessions: the worker's connection is cut, and it
+        # connects again.
+        cut = store.query(f"SELECT pid FROM pg_stat_activity WHERE {LEASE_WORKER}")
+        self.assertEqual(store.query(f"SELECT pg_terminate_backend({cut})"), "t")
+        wait_for(lambda: store.query(
+            f"SELECT count(*) FROM pg_stat_activity WHERE {LEASE_WORKER} AND pid <> {cut}")
+            == "1", 15, f"the lease worker to connect again:\n{server.log()[-1500:]}")
+        # It renews through the new session for longer than a safe guard, and stays UP.
+        renewed = store.query("SELECT renewed_at FROM cosid.machine_lease")
+        wait_for(lambda: store.query("SELECT renewed_at FROM cosid.machine_lease") != renewed,
+                 15, f"a renewal through the new connection:\n{server.log()[-1500:]}")
+        wait_for(lambda: status(server)["state"] == "UP" and store.query(
+            f"SELECT count(*) FROM pg_stat_activity WHERE {LEASE_WORKER} "
+            f"AND backend_start < now() - interval '{SAFE_GUARD_S + 1} s'") == "1",
+                 SAFE_GUARD_S + 10, "the session to last past a safe guard")
+        self.assertEqual(status(server)["state"], "UP")
+        self.assertFalse(status(server)["last_error"])
+        self.assertIsNotNone(server.query("SELECT cosid_next()"))

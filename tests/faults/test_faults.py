@@ -29,8 +29,11 @@ from helpers.faults import (FAST, LAYOUT, decode, fake_clock, ownership_conflict
                             set_clock_offset)
 from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
                            start_store)
-from helpers.generators import generators, next_id
+from helpers.generators import (define_second_generator, generators, next_id, ten_minutes_back,
+                                try_unsafe_redefinitions)
 from helpers.leases import DEADLINE_S, SAFE_GUARD_S, status
+from helpers.owner import (SETTINGS_CLIENTS_SURVIVE, make_owner, set_database_settings,
+                           try_taking_it_away)
 from helpers.pgcluster import PG_BIN, SqlError, query_as, wait_for
 
 # Refusals a client may see: no lease for the moment (55P03), no machine id left (53400), and,
@@ -110,12 +113,14 @@ class Faults(unittest.TestCase):
                        for name in GENERATORS)
         wait_for(leased, 20, "two servers to lease each generator's machine ids")
 
-    def run_with_load(self, name, fault, heal, during_s, generators=(None,), clients=2):
+    def run_with_load(self, name, fault, heal, during_s, generators=(None,), clients=2,
+                      decoder_of=decoder, expected=EXPECTED):
         """Generates through every server, injects `fault` after a second, heals it after
         `during_s`, generates on for a while, and checks the oracles. Generates from the
         default generator, or from each of `generators` (None for the default one), with the
-        oracles checked for each; returns the sessions by server, or with several generators,
-        those by generator."""
+        oracles checked for each (`decoder_of(generator)` decodes its ids; `expected`: the
+        refusals allowed); returns the sessions by server, or with several generators, those by
+        generator."""
         loads = {(s.name, generator): LoopingClients(s, clients=clients, batch=500,
                                                      batches_per_session=4,
                                                      generator=generator)
@@ -142,7 +147,7 @@ class Faults(unittest.TestCase):
                         if of == generator}
             by_generator[generator] = sessions
             label = name if len(generators) == 1 else f"{name} [{generator or 'default'}]"
-            decode_id = decoder(generator)
+            decode_id = decoder_of(generator)
             everything = [s for group in sessions.values() for s in group]
             errors = Counter(s.sqlstate for s in everything if s.error)
             dups = duplicates(everything)
@@ -160,7 +165,7 @@ class Faults(unittest.TestCase):
             self.assertEqual(dups, 0, f"{label}: duplicate ids")
             self.assertEqual(conflicts, 0, f"{label}: a machine id used by two servers at once")
             self.assertEqual(increasing, [], f"{label}: ids not increasing on a connection")
-            self.assertLessEqual(set(errors), EXPECTED, f"{label}: unexpected errors {errors}")
+            self.assertLessEqual(set(errors), expected, f"{label}: unexpected errors {errors}")
         return by_generator[generators[0]] if len(generators) == 1 else by_generator
 
     @staticmethod
@@ -481,6 +486,68 @@ class Faults(unittest.TestCase):
         states = sorted(status(server)["state"] for server in racers)
         self.assertEqual(states.count("UP"), 1, states)
         self.run_with_load("race for the last id", lambda: None, lambda: None, 1.0)
+
+    def test_named_generator_dropped_and_defined_again(self):
+        # Finding 1 of the hostile review, in the fleet: a `second` generator 'ev' with an epoch
+        # ten minutes back, 1 machine bit in its namespace, called through every server, dropped
+        # on every server and defined again while the clients keep calling it. The definitions
+        # that could repeat its ids (another namespace, another layout) are refused.
+        epoch = ten_minutes_back(self.servers[0])
+        epoch_ms = int(self.servers[0].query(
+            f"SELECT (extract(epoch FROM timestamptz '{epoch}') * 1000)::bigint"))
+        for server in self.servers:
+            define_second_generator(server, "ev", epoch, machine_bits=1)
+        wait_for(lambda: [generators(s).get("ev", {}).get("state")
+                          for s in self.servers].count("UP") == 2, 20,
+                 "two servers to lease the machine ids of 'ev'")
+        refusals = {}
+
+        def drop():
+            for server in self.servers:
+                server.query("SELECT cosid_drop_generator('ev')")
+            for server in self.servers:
+                for sql, error in try_unsafe_redefinitions(server, "ev", epoch).items():
+                    refusals[server.name, sql] = error and error.sqlstate
+
+        def define_again():
+            for server in self.servers:
+                define_second_generator(server, "ev", epoch, machine_bits=1)
+
+        # 31 bits of seconds, 1 machine bit, 22 bits of sequence.
+        def decode_ev(value):
+            return (value >> 22) & 1, (value >> 23) * 1000 + epoch_ms
+
+        # 42704 while 'ev' is not defined.
+        self.run_with_load("generator dropped, redefined", drop, define_again, 1.0,
+                           generators=("ev",), decoder_of=lambda _: decode_ev,
+                           expected=EXPECTED | {"42704"})
+        self.assertEqual(len(refusals), 9)
+        self.assertEqual(set(refusals.values()), {"22023"}, refusals)
+
+    def test_database_owner_against_the_leases(self):
+        # Finding 2 of the hostile review, in the fleet: on every server the owner of
+        # cosid.database, a role with CREATEDB and no superuser, gives it the settings that would
+        # break the workers' sessions, and every server restarts under load (its workers then
+        # run with them); the owner then tries to keep the workers out of the database or take
+        # it away: refused (55006).
+        for server in self.servers:
+            make_owner(server, "alice", "postgres")
+            set_database_settings(server, "alice", "postgres", SETTINGS_CLIENTS_SURVIVE)
+        answers = {}
+
+        def fault():
+            for server in self.servers:
+                server.restart()
+            for server in self.servers:
+                for sql, error in try_taking_it_away(server, "alice", "postgres").items():
+                    answers[server.name, sql] = error and error.sqlstate
+
+        self.run_with_load("database owner's statements", fault, lambda: None, 1.0)
+        self.assertEqual(len(answers), 15)
+        self.assertEqual(set(answers.values()), {"55006"}, answers)
+        # Generation goes on: two servers hold the two machine ids, with no error.
+        self.assertEqual([status(s)["state"] for s in self.servers].count("UP"), 2)
+        self.assertEqual([status(s)["last_error"] for s in self.holders()], ["", ""])
 
     def test_random_mix(self):
         rounds = int(os.environ.get("COSID_FAULT_ROUNDS", "3"))

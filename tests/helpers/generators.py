@@ -61,3 +61,38 @@ def next_id(cluster, generator=None, db="postgres"):
         return int(cluster.query(f"SELECT {call}", db)), None
     except SqlError as error:
         return None, error
+
+
+# The redefinition of the hostile review: a `second` generator whose epoch is ten minutes back,
+# called all along, dropped and defined again under its name. In another namespace (whatever the
+# layout), or in its own with another layout, ids already called under the name could come
+# again: refused (22023). The same definition in its own namespace is allowed: the namespace's
+# watermark keeps its new ids above the old ones.
+
+def ten_minutes_back(cluster):
+    """An epoch ten minutes before the server's clock, to the second."""
+    return cluster.query("SELECT date_trunc('second', now()) - interval '10 minutes'")
+
+
+def define_second_generator(cluster, name, epoch, machine_bits=None):
+    bits = f", machine_bits => {machine_bits}" if machine_bits is not None else ""
+    cluster.query(f"SELECT cosid_create_generator('{name}', 'second', epoch => '{epoch}'{bits})")
+
+
+def unsafe_redefinitions(name, epoch):
+    """The definitions under `name` that could repeat the ids of the `second` generator it had."""
+    return [f"SELECT cosid_create_generator('{name}', '{layout}', namespace => '{name}2', "
+            f"epoch => '{epoch}')" for layout in ("millisecond", "second")] + [
+        f"SELECT cosid_create_generator('{name}', 'millisecond', epoch => '{epoch}')"]
+
+
+def try_unsafe_redefinitions(cluster, name, epoch):
+    """{statement: the SqlError, or None if it went through} for each unsafe redefinition."""
+    answers = {}
+    for sql in unsafe_redefinitions(name, epoch):
+        try:
+            cluster.query(sql)
+            answers[sql] = None
+        except SqlError as error:
+            answers[sql] = error
+    return answers
