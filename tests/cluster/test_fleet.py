@@ -158,6 +158,39 @@ class Fleet(ClusterTest):
         wait_for(lambda: try_next(server)[0], 10, "generation after the store returns")
         wait_up(server, timeout=5)
 
+    def test_an_outage_longer_than_the_safe_guard_ends_within_a_second_of_the_return(self):
+        # The defaults scaled down (a 5 min safe guard, renewals every minute, a 10 min outage):
+        # a 6 s safe guard, renewals every 5 s, the store gone for 10 s. Generation must come
+        # back within about a second of the store's return, not at the next scheduled renewal.
+        store = self.store()
+        server = self.server("fleet-outage", store, **{
+            "cosid.safe_guard_duration": "'6s'", "cosid.guarder_delay": "'5s'",
+            "cosid.guarder_initial_delay": "'5s'"})
+        wait_up(server)
+        # Right after a renewal, as the worst case: the next one is a whole period away.
+        before = server.query("SELECT last_renewed_at FROM cosid.status")
+        wait_for(lambda: server.query("SELECT last_renewed_at FROM cosid.status") != before, 10,
+                 "a renewal")
+        outage_started = time.monotonic()
+        store.stop(mode="immediate")
+        refused_at = wait_for(lambda: try_next(server)[1] == "55P03" and time.monotonic(), 10,
+                              "the deadline")
+        wait_for(lambda: time.monotonic() - outage_started >= 10, 11, "a 10 s outage")
+        store.start()
+        returned_at = time.monotonic()
+        resumed_at = wait_for(lambda: try_next(server)[0] and time.monotonic(), 10,
+                              "generation after the store returns")
+        generating_s = refused_at - outage_started
+        print(f"\n  store gone at 0 s: generating until {generating_s:.1f} s, 55P03 until "
+              f"{resumed_at - outage_started:.1f} s; the store back at "
+              f"{returned_at - outage_started:.1f} s, ids again {resumed_at - returned_at:.1f} s "
+              "later")
+        # The deadline: 5.4 s after the last renewal was sent, just before the outage.
+        self.assertGreater(generating_s, 4.5)
+        self.assertLess(generating_s, 6.5)
+        self.assertLess(resumed_at - returned_at, 2.5)
+        wait_up(server, timeout=5)
+
     def test_a_claim_survives_a_store_crash_whatever_the_store_commits_with(self):
         # The store acknowledges commits before they are on disk, and flushes them only every
         # 10 s: a claim must still survive the store's crash right after it.
