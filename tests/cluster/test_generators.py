@@ -517,8 +517,9 @@ class Generators(ClusterTest):
         # fields stayed CLAIMING for good (machine_bits 32) or decoded wrongly (a sequence of
         # 2^33 in 35 bits decoded as 0).
         for sql, argument, valid in (
-                ("machine_bits => 32", "machine_bits", "from 0 to 31, not 32"),
-                ("'second', timestamp_bits => 25, machine_bits => 3, sequence_bits => 35",
+                ("'second', timestamp_bits => 28, machine_bits => 32, sequence_bits => 3",
+                 "machine_bits", "from 0 to 31, not 32"),
+                ("'second', timestamp_bits => 28, machine_bits => 0, sequence_bits => 35",
                  "sequence_bits", "from 1 to 31, not 35"),
                 ("sequence_bits => 0", "sequence_bits", "from 1 to 31, not 0"),
                 ("machine_bits => -1", "machine_bits", "from 0 to 31, not -1"),
