@@ -56,6 +56,21 @@ BEGIN
                   DETAIL = 'Rows inserted through the partitioned table take the partitioned table''s default, not the partition''s.',
                   HINT = 'Convert the partitioned table: its new default applies to every partition.';
     END IF;
+    -- cosid's own tables keep its records (leases and their watermarks, generators' names and
+    -- layouts): a default on one of their columns would write values nobody meant.
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                WHERE n.oid = v_rel.relnamespace AND n.nspname = 'cosid')
+       OR EXISTS (SELECT FROM pg_catalog.pg_depend d
+                    JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+                   WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                     AND d.objid = tab
+                     AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                     AND d.deptype = 'e' AND e.extname = 'cosid') THEN
+        RAISE EXCEPTION 'table % belongs to the extension cosid', tab
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'cosid''s own tables, and every table in schema cosid, keep its records; none of their columns is a key to convert.',
+                  HINT = 'Convert a column of one of your own tables.';
+    END IF;
     IF NOT pg_catalog.pg_has_role(current_user, v_rel.relowner, 'USAGE') THEN
         RAISE EXCEPTION 'must be owner of table % to convert its column', tab
             USING ERRCODE = 'insufficient_privilege',

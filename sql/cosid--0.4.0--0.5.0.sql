@@ -291,10 +291,13 @@ BEGIN
        OR p_machine_bits IS NULL OR p_machine_bits < 0 OR p_machine_bits > 31
        OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_safe_guard_ms > 86400000
        OR p_watermark_ms IS NULL OR p_layout IS NULL OR p_knows_settling IS NULL
+       -- Only servers of 0.1.0 do not say their layout, through their form of the claim below;
+       -- this one and 0.2.0's always do. An empty layout would skip the comparison.
+       OR (p_layout = '' AND p_knows_settling)
        OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
         RAISE EXCEPTION 'invalid arguments to cosid.lease_claim'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The namespace, instance id and claim token must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark at most the safe guard and an hour ahead of the store''s clock.';
+                  DETAIL = 'The namespace, instance id, claim token and layout must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark at most the safe guard and an hour ahead of the store''s clock.';
     END IF;
     v_max := ((1::bigint << p_machine_bits) - 1)::integer;
     INSERT INTO cosid.lease_namespace AS n (namespace) VALUES (p_namespace)
@@ -437,7 +440,10 @@ BEGIN
             v_previous := greatest(cosid.lease_next_floor_ms(v_lease), v_settled_ms);
         END IF;
         UPDATE cosid.machine_lease l
-           SET machine_bits = p_machine_bits, layout = p_layout, instance_id = p_instance_id,
+           -- A claim that does not say its layout (a server of 0.1.0) leaves the row's.
+           SET machine_bits = p_machine_bits,
+               layout = CASE WHEN p_layout = '' THEN l.layout ELSE p_layout END,
+               instance_id = p_instance_id,
                claim_token = p_claim_token, stable = p_stable, state = 'claimed',
                claimed_at = v_now, renewed_at = v_now, expires_at = v_expires,
                safe_guard = p_safe_guard_ms * interval '1 millisecond',
@@ -459,6 +465,7 @@ $$;
 
 -- The claim as servers of cosid 0.2.0 to 0.4.0 call it, so that a store can be updated while
 -- they still run: the same claim, answering 'contended' (try again) while the store settles.
+-- They always say their layout: an empty one is refused (as NULL).
 CREATE OR REPLACE FUNCTION cosid.lease_claim(
     p_namespace     text,
     p_machine_bits  integer,
@@ -476,12 +483,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT c.outcome, c.machine_id, c.previous_watermark_ms, c.expires_at_ms, c.store_now_ms
       FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,
-                             p_safe_guard_ms, p_claim_token, p_watermark_ms, p_layout,
-                             false) c
+                             p_safe_guard_ms, p_claim_token, p_watermark_ms,
+                             nullif(p_layout, ''), false) c
 $$;
 
 -- The claim as servers of cosid 0.1.0 call it (no layout, times as timestamptz), so that a store
--- can be updated while they still run: the same claim, with the layout not compared.
+-- can be updated while they still run: the same claim, with the layout not compared, and the
+-- layout a row records kept.
 CREATE OR REPLACE FUNCTION cosid.lease_claim(
     p_namespace     text,
     p_machine_bits  integer,
@@ -745,3 +753,174 @@ COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint)
 COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
 COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore), NULL when it need not; and its identity now.';
 COMMENT ON FUNCTION cosid.machine_lease_merge() IS 'Trigger of cosid.machine_lease: merges a restored row (pg_restore) into the row its machine id already has, keeping the higher watermark, instead of failing the COPY; refuses a row of another id layout than its namespace, or one that overlaps a claim held.';
+
+-- cosid_convert_column refuses the extension's own tables (sql/convert_column.sql).
+CREATE OR REPLACE FUNCTION cosid_convert_column(tab regclass, col name, generator text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $convert$
+DECLARE
+    v_rel       pg_catalog.pg_class;
+    v_att       pg_catalog.pg_attribute;
+    v_default   text;
+    v_column    text;
+    v_schema    name;
+    v_next      text;
+    v_seq       regclass;
+    v_owned     boolean := false;
+    v_cosid     boolean := false;
+    v_max       bigint;
+    v_first     bigint;
+BEGIN
+    IF tab IS NULL OR col IS NULL THEN
+        RAISE EXCEPTION 'the table and the column to convert must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- The largest value is read below with a snapshot taken after the lock is granted, which
+    -- only READ COMMITTED does (one per statement). Under REPEATABLE READ or SERIALIZABLE the
+    -- transaction's snapshot predates the lock and would miss rows committed while it waited.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'cosid_convert_column must run at isolation level READ COMMITTED'
+            USING ERRCODE = 'invalid_transaction_state',
+                  DETAIL = pg_catalog.format('This transaction is %s: its snapshot was taken before the table''s lock, so the largest value read could miss rows committed meanwhile.', pg_catalog.current_setting('transaction_isolation')),
+                  HINT = 'Call it in a transaction of its own at READ COMMITTED, the default.';
+    END IF;
+    SELECT * INTO v_rel FROM pg_catalog.pg_class c WHERE c.oid = tab;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', tab::oid
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    v_column := pg_catalog.format('%s.%I', tab, col);
+    IF v_rel.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', tab
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Only the key column of a table or a partitioned table can be converted.';
+    END IF;
+    IF v_rel.relispartition THEN
+        RAISE EXCEPTION 'table % is a partition', tab
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Rows inserted through the partitioned table take the partitioned table''s default, not the partition''s.',
+                  HINT = 'Convert the partitioned table: its new default applies to every partition.';
+    END IF;
+    -- cosid's own tables keep its records (leases and their watermarks, generators' names and
+    -- layouts): a default on one of their columns would write values nobody meant.
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                WHERE n.oid = v_rel.relnamespace AND n.nspname = 'cosid')
+       OR EXISTS (SELECT FROM pg_catalog.pg_depend d
+                    JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+                   WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                     AND d.objid = tab
+                     AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                     AND d.deptype = 'e' AND e.extname = 'cosid') THEN
+        RAISE EXCEPTION 'table % belongs to the extension cosid', tab
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'cosid''s own tables, and every table in schema cosid, keep its records; none of their columns is a key to convert.',
+                  HINT = 'Convert a column of one of your own tables.';
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, v_rel.relowner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table % to convert its column', tab
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Converting a column changes its default and drops its sequence, which only the table''s owner may do.',
+                  HINT = 'Call cosid_convert_column as the owner of the table (or a member of its role).';
+    END IF;
+
+    -- From here until commit no row can be inserted: the largest value read below stays the
+    -- largest.
+    EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tab);
+
+    SELECT * INTO v_att FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = tab AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of table % does not exist', col, tab
+            USING ERRCODE = 'undefined_column';
+    END IF;
+    IF v_att.atttypid <> 'pg_catalog.int8'::pg_catalog.regtype THEN
+        RAISE EXCEPTION 'column % is of type %, not bigint', v_column, pg_catalog.format_type(v_att.atttypid, v_att.atttypmod)
+            USING ERRCODE = 'datatype_mismatch',
+                  DETAIL = 'A cosid id is a bigint of up to 63 bits; a smaller type cannot hold it.',
+                  HINT = pg_catalog.format('Change the column''s type first: ALTER TABLE %s ALTER COLUMN %I TYPE bigint (and the columns that reference it).', tab, col);
+    END IF;
+    IF v_att.attgenerated <> '' THEN
+        RAISE EXCEPTION 'column % is a generated column', v_column
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Its value is computed from other columns, so it cannot take a default.';
+    END IF;
+
+    SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) INTO v_default
+      FROM pg_catalog.pg_attrdef d WHERE d.adrelid = tab AND d.adnum = v_att.attnum;
+    -- The sequence the column takes its values from: an identity column's, or the one its
+    -- default calls (serial's is owned by the column).
+    SELECT dep.refobjid::pg_catalog.regclass INTO v_seq
+      FROM pg_catalog.pg_attrdef d
+      JOIN pg_catalog.pg_depend dep
+        ON dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND dep.objid = d.oid
+       AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+      JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
+     WHERE d.adrelid = tab AND d.adnum = v_att.attnum
+     LIMIT 1;
+    IF v_att.attidentity = '' AND v_seq IS NOT NULL THEN
+        v_owned := EXISTS (SELECT FROM pg_catalog.pg_depend dep
+                            WHERE dep.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                              AND dep.objid = v_seq
+                              AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                              AND dep.refobjid = tab AND dep.refobjsubid = v_att.attnum
+                              AND dep.deptype = 'a');
+    END IF;
+    -- A default that already calls one of cosid's functions: switching generators is allowed.
+    v_cosid := EXISTS (
+        SELECT FROM pg_catalog.pg_attrdef d
+          JOIN pg_catalog.pg_depend f
+            ON f.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND f.objid = d.oid
+           AND f.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+          JOIN pg_catalog.pg_depend m
+            ON m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND m.objid = f.refobjid
+           AND m.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND m.deptype = 'e'
+          JOIN pg_catalog.pg_extension e ON e.oid = m.refobjid AND e.extname = 'cosid'
+         WHERE d.adrelid = tab AND d.adnum = v_att.attnum);
+    IF v_default IS NOT NULL AND v_att.attidentity = '' AND v_seq IS NULL AND NOT v_cosid THEN
+        RAISE EXCEPTION 'column % has a default that is not a sequence', v_column
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('Its default is %s. Only a column fed by a sequence (bigserial, identity) or without a default is converted.', v_default),
+                  HINT = pg_catalog.format('If the column should take cosid ids instead, drop its default first: ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT.', tab, col);
+    END IF;
+
+    SELECT n.nspname INTO v_schema
+      FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+     WHERE e.extname = 'cosid';
+    IF generator IS NULL THEN
+        v_next := pg_catalog.format('%I.cosid_next()', v_schema);
+    ELSE
+        v_next := pg_catalog.format('%I.cosid_next(%L::pg_catalog.text)', v_schema, generator);
+    END IF;
+
+    EXECUTE pg_catalog.format('SELECT pg_catalog.max(%I) FROM %s', col, tab) INTO v_max;
+    -- One id from the generator: if it cannot generate (no lease, unknown generator), its own
+    -- error ends the conversion, and nothing is changed.
+    EXECUTE 'SELECT ' || v_next INTO v_first;
+    IF v_max >= v_first THEN
+        RAISE EXCEPTION 'column % has values at or above the ids cosid issues now', v_column
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('Its largest value is %s; the generator just issued %s. Ids from the generator would collide with existing rows, now or later.', v_max, v_first),
+                  HINT = 'Keep the sequence for this table, or give the rows new ids below the generator''s (and update the rows that reference them) before converting.';
+    END IF;
+
+    IF v_att.attidentity <> '' THEN
+        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tab, col);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', tab, col, v_next);
+    IF v_owned THEN
+        -- serial's sequence served only this column; another default that still uses it keeps
+        -- it.
+        BEGIN
+            EXECUTE pg_catalog.format('DROP SEQUENCE %s', v_seq);
+        EXCEPTION WHEN dependent_objects_still_exist THEN
+            RAISE NOTICE 'sequence % was kept: other objects use it', v_seq;
+        END;
+    ELSIF v_seq IS NOT NULL AND v_att.attidentity = '' THEN
+        RAISE NOTICE 'sequence % was kept: column % did not own it', v_seq, v_column;
+    END IF;
+    RETURN v_first;
+END
+$convert$;

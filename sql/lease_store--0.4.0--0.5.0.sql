@@ -284,10 +284,13 @@ BEGIN
        OR p_machine_bits IS NULL OR p_machine_bits < 0 OR p_machine_bits > 31
        OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_safe_guard_ms > 86400000
        OR p_watermark_ms IS NULL OR p_layout IS NULL OR p_knows_settling IS NULL
+       -- Only servers of 0.1.0 do not say their layout, through their form of the claim below;
+       -- this one and 0.2.0's always do. An empty layout would skip the comparison.
+       OR (p_layout = '' AND p_knows_settling)
        OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
         RAISE EXCEPTION 'invalid arguments to cosid.lease_claim'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The namespace, instance id and claim token must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark at most the safe guard and an hour ahead of the store''s clock.';
+                  DETAIL = 'The namespace, instance id, claim token and layout must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark at most the safe guard and an hour ahead of the store''s clock.';
     END IF;
     v_max := ((1::bigint << p_machine_bits) - 1)::integer;
     INSERT INTO cosid.lease_namespace AS n (namespace) VALUES (p_namespace)
@@ -430,7 +433,10 @@ BEGIN
             v_previous := greatest(cosid.lease_next_floor_ms(v_lease), v_settled_ms);
         END IF;
         UPDATE cosid.machine_lease l
-           SET machine_bits = p_machine_bits, layout = p_layout, instance_id = p_instance_id,
+           -- A claim that does not say its layout (a server of 0.1.0) leaves the row's.
+           SET machine_bits = p_machine_bits,
+               layout = CASE WHEN p_layout = '' THEN l.layout ELSE p_layout END,
+               instance_id = p_instance_id,
                claim_token = p_claim_token, stable = p_stable, state = 'claimed',
                claimed_at = v_now, renewed_at = v_now, expires_at = v_expires,
                safe_guard = p_safe_guard_ms * interval '1 millisecond',
@@ -452,6 +458,7 @@ $$;
 
 -- The claim as servers of cosid 0.2.0 to 0.4.0 call it, so that a store can be updated while
 -- they still run: the same claim, answering 'contended' (try again) while the store settles.
+-- They always say their layout: an empty one is refused (as NULL).
 CREATE OR REPLACE FUNCTION cosid.lease_claim(
     p_namespace     text,
     p_machine_bits  integer,
@@ -469,12 +476,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT c.outcome, c.machine_id, c.previous_watermark_ms, c.expires_at_ms, c.store_now_ms
       FROM cosid.lease_claim(p_namespace, p_machine_bits, p_instance_id, p_stable,
-                             p_safe_guard_ms, p_claim_token, p_watermark_ms, p_layout,
-                             false) c
+                             p_safe_guard_ms, p_claim_token, p_watermark_ms,
+                             nullif(p_layout, ''), false) c
 $$;
 
 -- The claim as servers of cosid 0.1.0 call it (no layout, times as timestamptz), so that a store
--- can be updated while they still run: the same claim, with the layout not compared.
+-- can be updated while they still run: the same claim, with the layout not compared, and the
+-- layout a row records kept.
 CREATE OR REPLACE FUNCTION cosid.lease_claim(
     p_namespace     text,
     p_machine_bits  integer,

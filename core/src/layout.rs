@@ -22,6 +22,10 @@ pub const DEFAULT_MACHINE_BITS: u32 = 10;
 pub const DEFAULT_SEQUENCE_BITS: u32 = 12;
 /// An id is a non-negative `bigint`: the sign bit is never used.
 pub const TOTAL_BITS: u32 = 63;
+/// The widest machine id and sequence: each is an `integer` in SQL (`cosid_decode`), and a
+/// machine id is leased within an `integer` too.
+pub const MAX_MACHINE_BITS: u32 = 31;
+pub const MAX_SEQUENCE_BITS: u32 = 31;
 
 /// The length of a padded Radix62 id: 62^11 > 2^63 > 62^10.
 pub const RADIX62_WIDTH: usize = 11;
@@ -91,6 +95,14 @@ pub enum LayoutError {
     },
     NoTimestampBits,
     NoSequenceBits,
+    /// More machine bits than [`MAX_MACHINE_BITS`].
+    MachineBitsTooMany {
+        machine_bits: u32,
+    },
+    /// More sequence bits than [`MAX_SEQUENCE_BITS`].
+    SequenceBitsTooMany {
+        sequence_bits: u32,
+    },
     EpochNotWholeSecond {
         epoch_ms: i64,
     },
@@ -114,6 +126,14 @@ impl fmt::Display for LayoutError {
             ),
             LayoutError::NoTimestampBits => write!(f, "cosid.timestamp_bits must be at least 1"),
             LayoutError::NoSequenceBits => write!(f, "cosid.sequence_bits must be at least 1"),
+            LayoutError::MachineBitsTooMany { machine_bits } => write!(
+                f,
+                "cosid.machine_bits ({machine_bits}) must be from 0 to {MAX_MACHINE_BITS}"
+            ),
+            LayoutError::SequenceBitsTooMany { sequence_bits } => write!(
+                f,
+                "cosid.sequence_bits ({sequence_bits}) must be from 1 to {MAX_SEQUENCE_BITS}"
+            ),
             LayoutError::EpochNotWholeSecond { epoch_ms } => write!(
                 f,
                 "cosid.epoch ({epoch_ms} ms) must be a whole second when cosid.time_unit is \
@@ -216,6 +236,14 @@ impl Layout {
         machine_bits: u32,
         sequence_bits: u32,
     ) -> Result<Layout, LayoutError> {
+        // A machine id or sequence beyond 31 bits would not survive the u32 fields and the SQL
+        // integers they are decoded into: refused, rather than decoded wrongly.
+        if machine_bits > MAX_MACHINE_BITS {
+            return Err(LayoutError::MachineBitsTooMany { machine_bits });
+        }
+        if sequence_bits > MAX_SEQUENCE_BITS {
+            return Err(LayoutError::SequenceBitsTooMany { sequence_bits });
+        }
         if timestamp_bits + machine_bits + sequence_bits > TOTAL_BITS {
             return Err(LayoutError::TooManyBits {
                 timestamp_bits,
@@ -757,7 +785,8 @@ mod tests {
         for layout in [
             Layout::cosid_default(),
             Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 31, 10, 22).unwrap(),
-            Layout::new(0, TimeUnit::Millisecond, 1, 0, 62).unwrap(),
+            Layout::new(0, TimeUnit::Millisecond, 32, 0, 31).unwrap(),
+            Layout::new(0, TimeUnit::Millisecond, 1, 31, 31).unwrap(),
             Layout::new(0, TimeUnit::Millisecond, 61, 1, 1).unwrap(),
             Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 3, 8).unwrap(),
         ] {
@@ -1068,6 +1097,59 @@ mod tests {
         assert_eq!(
             layout.smallest_id_at(i64::MIN),
             Err(TimeRangeError::BeforeEpoch)
+        );
+    }
+
+    #[test]
+    fn machine_and_sequence_fields_are_at_most_31_bits_and_decode_exactly_up_to_them() {
+        // 31 bits each: the largest machine id and sequence round-trip, and so does a sequence
+        // beyond 16 bits with a machine id beyond 16 bits.
+        let wide = Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 1, 31, 31).unwrap();
+        assert_eq!(wide.max_machine_id(), (1 << 31) - 1);
+        assert_eq!(wide.max_sequence(), (1 << 31) - 1);
+        for parts in [
+            IdParts {
+                ticks: 1,
+                machine_id: (1 << 31) - 1,
+                sequence: (1 << 31) - 1,
+            },
+            IdParts {
+                ticks: 0,
+                machine_id: 1 << 30,
+                sequence: (1 << 30) + 5,
+            },
+        ] {
+            let id = wide.compose(parts).unwrap();
+            assert_eq!(wide.decompose(id), Some(parts));
+        }
+        let sequence = Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 29, 3, 31).unwrap();
+        let id = sequence
+            .compose(IdParts {
+                ticks: 7,
+                machine_id: 5,
+                sequence: 1 << 30,
+            })
+            .unwrap();
+        assert_eq!(id, (7 << 34) | (5 << 31) | (1 << 30));
+        assert_eq!(sequence.decompose(id).unwrap().sequence, 1 << 30);
+        // One bit more would not fit the fields (a sequence of 2^33 in 35 bits decoded as 0).
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 25, 3, 35),
+            Err(LayoutError::SequenceBitsTooMany { sequence_bits: 35 })
+        );
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 1, 31, 32),
+            Err(LayoutError::SequenceBitsTooMany { sequence_bits: 32 })
+        );
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 1, 32, 1),
+            Err(LayoutError::MachineBitsTooMany { machine_bits: 32 })
+        );
+        assert_eq!(
+            Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 20, 32, 11)
+                .unwrap_err()
+                .to_string(),
+            "cosid.machine_bits (32) must be from 0 to 31"
         );
     }
 

@@ -133,6 +133,30 @@ pub fn plan<D: Definition>(slots: &[SlotView<'_, D>], definitions: &[D]) -> Vec<
     steps
 }
 
+/// The HINT when a new definition finds no room: `defined` definitions and `dropped` slots
+/// take the `max_generators` places, and a dropped slot keeps its place until shared memory is
+/// rebuilt (a restart), so a drop alone frees nothing. `most` is the highest `max_generators`.
+pub fn no_room_hint(defined: usize, dropped: usize, max_generators: usize, most: usize) -> String {
+    let mut hint = if defined < max_generators {
+        match dropped {
+            1 => "Restart the server: that frees the place the dropped generator keeps".to_string(),
+            _ => format!(
+                "Restart the server: that frees the places the {dropped} dropped generators keep"
+            ),
+        }
+    } else {
+        "Drop a generator with cosid_drop_generator() and restart the server: a dropped generator keeps its place until a restart"
+            .to_string()
+    };
+    if max_generators < most {
+        hint.push_str(&format!(
+            ". Or raise cosid.max_generators (up to {most}) and restart the server"
+        ));
+    }
+    hint.push('.');
+    hint
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +171,28 @@ mod tests {
         fn same_as(&self, other: &Self) -> bool {
             self == other
         }
+    }
+
+    #[test]
+    fn the_no_room_hint_names_what_frees_a_place() {
+        // 5 places, 3 defined and 2 dropped: the restart alone frees them.
+        assert_eq!(
+            no_room_hint(3, 2, 5, 31),
+            "Restart the server: that frees the places the 2 dropped generators keep. Or \
+             raise cosid.max_generators (up to 31) and restart the server."
+        );
+        assert!(no_room_hint(1, 1, 2, 31)
+            .starts_with("Restart the server: that frees the place the dropped generator keeps."));
+        // Every place defined: a drop, then a restart.
+        let hint = no_room_hint(5, 3, 5, 31);
+        assert!(hint.starts_with("Drop a generator with cosid_drop_generator() and restart"));
+        assert!(hint.contains("keeps its place until a restart"));
+        // Never told to raise a setting that is at its highest.
+        assert_eq!(
+            no_room_hint(31, 0, 31, 31),
+            "Drop a generator with cosid_drop_generator() and restart the server: a dropped \
+             generator keeps its place until a restart."
+        );
     }
 
     fn free<'d>() -> SlotView<'d, Def> {

@@ -139,17 +139,24 @@ fn cosid_create_generator(
                 .raise()
         }
     };
-    let bits = |value: Option<i32>, preset: u32, argument: &str| match value {
-        None => preset,
-        Some(value) if (0..=63).contains(&value) => value as u32,
-        Some(value) => {
-            CosidError::invalid_argument(format!("{argument} must be from 0 to 63, not {value}"))
-                .raise()
-        }
-    };
-    let timestamp_bits = bits(timestamp_bits, preset_timestamp, "timestamp_bits");
-    let machine_bits = bits(machine_bits, preset_machine, "machine_bits");
-    let sequence_bits = bits(sequence_bits, preset_sequence, "sequence_bits");
+    let timestamp_bits = width(
+        timestamp_bits,
+        preset_timestamp,
+        "timestamp_bits",
+        (1, layout::TOTAL_BITS - 1),
+    );
+    let machine_bits = width(
+        machine_bits,
+        preset_machine,
+        "machine_bits",
+        (0, layout::MAX_MACHINE_BITS),
+    );
+    let sequence_bits = width(
+        sequence_bits,
+        preset_sequence,
+        "sequence_bits",
+        (1, layout::MAX_SEQUENCE_BITS),
+    );
     let epoch_ms = match epoch {
         None => layout::COSID_EPOCH_MS,
         Some(epoch) => unix_ms(epoch).or_raise(),
@@ -702,6 +709,27 @@ fn check_namespace(namespace: &str, default_namespace: &str) -> Result<(), Cosid
     Ok(())
 }
 
+/// A width argument, or the preset's; refused outside `range`, the widths a layout can hold (a
+/// machine id is leased, and decoded, as an integer, and so is a sequence).
+fn width(value: Option<i32>, preset: u32, argument: &str, range: (u32, u32)) -> u32 {
+    let Some(value) = value else {
+        return preset;
+    };
+    match u32::try_from(value) {
+        Ok(bits) if (range.0..=range.1).contains(&bits) => bits,
+        _ => CosidError::invalid_argument(format!(
+            "{argument} must be from {} to {}, not {value}",
+            range.0, range.1
+        ))
+        .detail(format!(
+            "Timestamp, machine and sequence bits together may use at most {} bits; the machine id and the sequence at most {} each.",
+            layout::TOTAL_BITS,
+            layout::MAX_MACHINE_BITS
+        ))
+        .raise(),
+    }
+}
+
 fn preset_names() -> String {
     layout::PRESETS
         .iter()
@@ -728,6 +756,13 @@ fn layout_error(why: LayoutError) -> CosidError {
         LayoutError::NoSequenceBits => {
             CosidError::invalid_argument("sequence_bits must be at least 1")
         }
+        // Checked with their ranges before the layout is built.
+        LayoutError::MachineBitsTooMany { machine_bits } => CosidError::invalid_argument(
+            format!("machine_bits must be from 0 to {}, not {machine_bits}", layout::MAX_MACHINE_BITS),
+        ),
+        LayoutError::SequenceBitsTooMany { sequence_bits } => CosidError::invalid_argument(
+            format!("sequence_bits must be from 1 to {}, not {sequence_bits}", layout::MAX_SEQUENCE_BITS),
+        ),
         LayoutError::EpochNotWholeSecond { epoch_ms } => CosidError::invalid_argument(
             "the epoch of a generator by the second must be a whole second",
         )
@@ -791,7 +826,12 @@ fn check_room(
     .detail(format!(
         "{defined} generators are defined, and {dropped} dropped ones keep their place until the server restarts (unless created again exactly as they were)."
     ))
-    .hint("Raise cosid.max_generators (up to 31) and restart the server, or drop a generator.")
+    .hint(cosid_core::registry::no_room_hint(
+        defined,
+        dropped,
+        settings.max_generators,
+        crate::settings::MAX_NAMED_GENERATORS,
+    ))
     .raise()
 }
 

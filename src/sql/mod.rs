@@ -22,7 +22,7 @@ use crate::settings::{self, MachineSource};
 use crate::shmem;
 use cosid_core::generator::GenerateError;
 use cosid_core::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
-use cosid_core::lease::{LeaseProblem, UNKNOWN_TIME};
+use cosid_core::lease::{LeaseProblem, LeaseSnapshot, RefusalKind, UNKNOWN_TIME};
 use pgrx::prelude::*;
 use pgrx::{composite_type, IntoDatum, PgLogLevel, PgTupleDesc};
 use std::sync::OnceLock;
@@ -794,31 +794,47 @@ fn recovery_in_progress() -> bool {
     unsafe { pg_sys::RecoveryInProgress() }
 }
 
-/// The lease's state, last renewal and last error, as sentences for a DETAIL.
 /// The lease worker's last error as `role` may see it: its text for a superuser; for any other
 /// role only the kind of problem, since the text of a store's error can name its host, port,
 /// user and database. Empty when there is none.
 fn lease_error_for(slot: &shmem::GeneratorSlot, superuser: bool) -> String {
     let text = slot.lease.last_error.load();
+    error_shown(&text, slot.lease.problem(), superuser)
+}
+
+fn error_shown(text: &str, problem: LeaseProblem, superuser: bool) -> String {
     if superuser || text.is_empty() {
-        text
+        text.to_string()
     } else {
-        slot.lease.problem().public_summary().to_string()
+        problem.public_summary().to_string()
     }
+}
+
+fn is_superuser() -> bool {
+    // SAFETY: superuser() only reads the current user's role, which every backend has.
+    unsafe { pg_sys::superuser() }
+}
+
+/// The last renewal of a snapshot, written out; `None` before the first.
+fn renewed_text(snapshot: &LeaseSnapshot) -> Option<String> {
+    let renewed = snapshot.last_renewed_at_ms;
+    (renewed != UNKNOWN_TIME).then(|| layout::format_unix_ms(renewed))
 }
 
 /// The lease's state in sentences, for the DETAIL of a refusal, which any caller of
 /// `cosid_next()` reads.
 fn lease_situation(slot: &shmem::GeneratorSlot) -> String {
-    let lease = &slot.lease;
-    let renewed = lease.last_renewed_at_ms();
-    let renewed = (renewed != UNKNOWN_TIME).then(|| layout::format_unix_ms(renewed));
-    // SAFETY: superuser() only reads the current user's role, which every backend has.
-    let superuser = unsafe { pg_sys::superuser() };
-    let last_error = lease_error_for(slot, superuser);
-    cosid_core::lease::situation(lease.state(), renewed.as_deref(), &last_error)
+    let snapshot = slot.lease.snapshot();
+    let last_error = error_shown(&snapshot.last_error, snapshot.problem, is_superuser());
+    cosid_core::lease::situation(
+        snapshot.state,
+        renewed_text(&snapshot).as_deref(),
+        &last_error,
+    )
 }
 
+/// The refusal of a closed generator. Everything it says of the lease comes from one snapshot:
+/// the worker may open the generator, or lose it, while it is composed.
 fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     let namespace = slot.namespace();
     let message = format!("cosid has no machine id in namespace \"{namespace}\"");
@@ -827,29 +843,32 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
             .detail(why.detail())
             .hint(why.hint());
     }
-    if slot.lease.problem() == LeaseProblem::StateFile {
-        return state_file_error(slot);
+    let snapshot = slot.lease.snapshot();
+    if snapshot.problem == LeaseProblem::StateFile {
+        return state_file_error(slot, &snapshot.last_error);
     }
+    let superuser = is_superuser();
+    let last_error = error_shown(&snapshot.last_error, snapshot.problem, superuser);
     if slot.distributor() != cosid_core::distributor::DistributorKind::Lease {
-        // SAFETY: superuser() only reads the current user's role, which every backend has.
-        let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
-        let detail = if why.is_empty() {
+        let detail = if last_error.is_empty() {
             "The generator is stopped.".to_string()
         } else {
-            format!("The generator is stopped: {}.", why.trim_end_matches('.'))
+            format!(
+                "The generator is stopped: {}.",
+                last_error.trim_end_matches('.')
+            )
         };
         return CosidError::prerequisite(message)
             .detail(detail)
             .hint("A superuser sees the cause in the last_error column of cosid.status.");
     }
-    let lease = &slot.lease;
     let local_store = matches!(
         settings::server().map(|settings| &settings.machine),
         Some(MachineSource::Leased(lease)) if lease.lease_store.is_none()
     );
     // A shared store that is read-only is the store's problem, not this server's: the general
     // answer below, whose DETAIL says so.
-    if local_store && (lease.problem() == LeaseProblem::Standby || recovery_in_progress()) {
+    if local_store && (snapshot.problem == LeaseProblem::Standby || recovery_in_progress()) {
         return CosidError::new(
             PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
             "cannot generate cosid ids on a hot standby",
@@ -859,7 +878,7 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         ))
         .hint("Generate ids on the primary. A standby leases a machine id when it is promoted.");
     }
-    if lease.problem() == LeaseProblem::Exhausted {
+    if snapshot.problem == LeaseProblem::Exhausted {
         let bits = slot.config().layout.machine_bits();
         let named = slot.name() != shmem::DEFAULT_NAME;
         let (bits_setting, raise) = if named {
@@ -883,24 +902,18 @@ fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         ))
         .hint(format!("{raise}: see cosid.leases. Do not delete rows of cosid.machine_lease: their watermarks keep ids from being issued twice."));
     }
-    let message = format!("cosid holds no machine id lease in namespace \"{namespace}\"");
-    match lease.problem() {
-        // Only an operator ends these: the extension is missing or older than the library in
-        // the lease table's database, or the namespace holds ids of another layout.
-        LeaseProblem::NoExtension | LeaseProblem::LayoutMismatch => {
-            CosidError::prerequisite(message)
-                .detail(lease_situation(slot))
-                .hint("The last error says what to change. See cosid.status and the server log.")
-        }
-        // Claiming, a failed renewal, a lost lease, a clock behind the last holder's watermark:
-        // the background worker ends each by itself.
-        _ => CosidError::unavailable(message)
-            .detail(lease_situation(slot))
-            .hint(
-                "Retry in a moment: ids are generated again as soon as the background worker \
-                 holds a lease. If this lasts, see cosid.status and the server log.",
-            ),
-    }
+    let refusal = cosid_core::lease::no_lease_refusal(
+        namespace,
+        snapshot.state,
+        snapshot.problem,
+        renewed_text(&snapshot).as_deref(),
+        &last_error,
+    );
+    let error = match refusal.kind {
+        RefusalKind::Prerequisite => CosidError::prerequisite(refusal.message),
+        RefusalKind::Unavailable => CosidError::unavailable(refusal.message),
+    };
+    error.detail(refusal.detail).hint(refusal.hint)
 }
 
 /// The state file of the slot's namespace.
@@ -911,7 +924,8 @@ fn state_file_of(slot: &shmem::GeneratorSlot) -> String {
 
 /// The local state file could not be read exactly when the generator was to be opened (fixed
 /// machine id) or a machine id claimed (stable instance): the floor it holds is unknown.
-fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
+/// `error` is the text the lease status holds (the snapshot's).
+fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> CosidError {
     let leased = slot.distributor() == cosid_core::distributor::DistributorKind::Lease;
     let then = if leased {
         "delete the file: the background worker then claims a machine id within a second"
@@ -926,7 +940,7 @@ fn state_file_error(slot: &shmem::GeneratorSlot) -> CosidError {
             "cosid cannot use its state file \"{}\"",
             crate::local_state::path(&state_file_of(slot))
         );
-        (message, slot.lease.last_error.load())
+        (message, error.to_string())
     } else {
         let why = "the state file cannot be used; its path and error are shown to superusers only";
         (

@@ -22,7 +22,7 @@ use crate::host::boottime_ms;
 use crate::settings::{self, MachineSource, ServerSettings};
 use crate::shmem::{self, Definition, GeneratorSlot, Phase, MAX_GENERATORS};
 use crate::{local_state, store};
-use cosid_core::layout::{Layout, TimeUnit};
+use cosid_core::layout::{Layout, LayoutError, TimeUnit};
 use cosid_core::lease::session::{LogLevel, Session, Slot};
 use cosid_core::lease::{LeaseProblem, LeaseState, LeaseTiming};
 use cosid_core::protocol::{layout_text, Holder, LeaseStore};
@@ -506,14 +506,25 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
         ) else {
             continue;
         };
-        let Ok(layout) = Layout::new(
+        let layout = match Layout::new(
             epoch_ms,
             time_unit,
             timestamp_bits,
             machine_bits,
             sequence_bits,
-        ) else {
-            continue;
+        ) {
+            Ok(layout) => layout,
+            // cosid 0.4.0 and earlier created such generators: their ids decoded wrongly.
+            Err(
+                LayoutError::MachineBitsTooMany { .. } | LayoutError::SequenceBitsTooMany { .. },
+            ) => {
+                skipped.push((
+                    name,
+                    "its machine_bits or sequence_bits are above 31, the widest a machine id or a sequence can be",
+                ));
+                continue;
+            }
+            Err(_) => continue,
         };
         if name.is_empty() || name == shmem::DEFAULT_NAME || namespace.is_empty() {
             continue;

@@ -512,6 +512,64 @@ class Generators(ClusterTest):
         self.assertEqual(decode(value, "safe_js")[1], 5)
 
 
+    def test_widths_a_machine_id_or_sequence_cannot_hold_are_refused(self):
+        cluster = self.cluster("gen-widths", 25806)
+        # A machine id is leased as an integer and decoded as one, and so is a sequence: wider
+        # fields stayed CLAIMING for good (machine_bits 32) or decoded wrongly (a sequence of
+        # 2^33 in 35 bits decoded as 0).
+        for sql, argument, valid in (
+                ("'second', timestamp_bits => 28, machine_bits => 32, sequence_bits => 3",
+                 "machine_bits", "from 0 to 31, not 32"),
+                ("'second', timestamp_bits => 28, machine_bits => 0, sequence_bits => 35",
+                 "sequence_bits", "from 1 to 31, not 35"),
+                ("sequence_bits => 0", "sequence_bits", "from 1 to 31, not 0"),
+                ("machine_bits => -1", "machine_bits", "from 0 to 31, not -1"),
+                ("timestamp_bits => 63", "timestamp_bits", "from 1 to 62, not 63")):
+            with self.subTest(sql=sql):
+                refused = self.assertRefused(
+                    "22023", f"SELECT cosid_create_generator('wide', {sql})", cluster)
+                self.assertEqual(refused.message, f"{argument} must be {valid}")
+        self.assertEqual(cluster.query("SELECT count(*) FROM cosid.generator"), "0")
+        # 31 bits each is the widest: a sequence above 16 bits decodes exactly.
+        cluster.query("SELECT cosid_create_generator('wide', 'second', timestamp_bits => 29, "
+                      "machine_bits => 3, sequence_bits => 31)")
+        value = wait_for(lambda: next_id(cluster, "wide")[0], 15, "generator wide")
+        self.assertEqual(cluster.query(
+            f"SELECT (d).machine_id = ({value} >> 31) & 7, (d).sequence "
+            f"FROM (SELECT cosid_decode({value} | (1::bigint << 30) | 5, 'wide') d) s"),
+            f"t|{(value | (1 << 30) | 5) & ((1 << 31) - 1)}")
+        # A definition an older library accepted, with 35 sequence bits, is not used.
+        cluster.query(
+            "INSERT INTO cosid.generator_name (name, namespace) VALUES ('old35', 'old35'); "
+            "INSERT INTO cosid.generator_namespace (namespace, layout) VALUES ('old35', "
+            f"'epoch {EPOCH_MS} ms, second, 25/3/35 bits'); "
+            "INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, "
+            f"machine_bits, sequence_bits) VALUES ('old35', 'old35', {EPOCH_MS}, 'second', 25, "
+            "3, 35)")
+        wait_for(lambda: 'generator "old35" is not used: its machine_bits or sequence_bits '
+                 "are above 31" in cluster.log(), 15, "the worker to skip old35")
+        self.assertEqual(next_id(cluster, "old35")[1].sqlstate, "42704")
+        self.assertNotIn("old35", generators(cluster))
+
+    def test_no_room_says_a_restart_frees_a_dropped_generators_place(self):
+        cluster = self.cluster("gen-room", 25807, **{"cosid.max_generators": 2})
+        cluster.query("SELECT cosid_create_generator('a'); SELECT cosid_create_generator('b')")
+        wait_generators_up(cluster, ["default", "a", "b"])
+        cluster.query("SELECT cosid_drop_generator('b')")
+        full = self.assertRefused("53400", "SELECT cosid_create_generator('c')", cluster)
+        self.assertIn("1 generators are defined, and 1 dropped ones keep their place",
+                      full.stderr)
+        self.assertIn("HINT:  Restart the server: that frees the place the dropped generator "
+                      "keeps. Or raise cosid.max_generators (up to 31)", full.stderr)
+        # What the hint says is true: after the restart, the place is free.
+        cluster.restart()
+        cluster.query("SELECT cosid_create_generator('c')")
+        wait_generators_up(cluster, ["default", "a", "c"])
+        # Every place defined: a drop alone frees none, and the hint says so.
+        full = self.assertRefused("53400", "SELECT cosid_create_generator('d')", cluster)
+        self.assertIn("HINT:  Drop a generator with cosid_drop_generator() and restart the "
+                      "server: a dropped generator keeps its place until a restart", full.stderr)
+
     def test_a_name_defined_again_never_repeats_the_ids_called_under_it(self):
         # The finding: a `second` generator whose epoch is ten minutes back, called by clients
         # all along, dropped and defined again under its name with another layout and

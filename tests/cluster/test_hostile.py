@@ -534,6 +534,32 @@ class Hostile(ClusterTest):
                                     f"UPDATE cosid.machine_lease SET {column} "
                                     "WHERE machine_id = 0")
 
+    def test_an_empty_layout_neither_erases_nor_skips_a_namespaces_layout(self):
+        store = self.track(start_store("hostile-blank-store", 25517))
+        layout = "epoch 1577203200000 ms, millisecond, 41/10/12 bits"
+
+        def claim(instance, token, layout_argument):
+            return query_as(store, FLEET_ROLE,
+                            "SELECT outcome || ' ' || coalesce(machine_id::text, '-') FROM "
+                            f"cosid.lease_claim('ns', 10, '{instance}', false, 4000, "
+                            f"'{token}', 0{layout_argument})", FLEET_PASSWORD)
+
+        self.assertEqual(claim("a", "ta", f", '{layout}', true"), "new 0")
+        # A holder's credential cannot blank the layout through the claim of this version or
+        # of 0.2.0 to 0.4.0, which always say theirs...
+        for form in (", '', true", ", ''"):
+            with self.subTest(form=form):
+                refused = self.assert_refused("22023", claim, "a", "ta", form)
+                self.assertIn("layout must not be empty", refused.stderr)
+        # ...nor through 0.1.0's, which does not say it: the claim is served, the layout kept.
+        self.assertEqual(claim("a", "ta", ""), "own 0")
+        self.assertEqual(claim("a", "ta", ", '', false"), "own 0")
+        self.assertEqual(store.query("SELECT layout FROM cosid.machine_lease"), layout)
+        self.assertEqual(store.query("SELECT cosid.lease_namespace_layout('ns')"), layout)
+        # So a server of another layout is still refused.
+        self.assertEqual(claim("b", "tb", ", 'epoch 0 ms, second, 31/10/22 bits', true"),
+                         "layout -")
+
     def test_a_holder_keeping_the_namespace_lock_does_not_stall_released_ids(self):
         store = self.track(start_store("hostile-nslock-store", 25520))
         server = self.fleet_server("hostile-nslock", 25523, store, ONE_BIT)
@@ -645,6 +671,35 @@ class Hostile(ClusterTest):
         # A drop that commits stops it.
         cluster.query("SELECT cosid_drop_generator('g')")
         self.assertEqual(try_next(cluster, "SELECT cosid_next('g')")[1], "42704")
+
+    def test_the_records_of_names_and_namespaces_cannot_be_deleted(self):
+        # DELETE FROM cosid.generator_namespace once stopped every named generator silently.
+        cluster = self.track(Cluster("hostile-history", free_port(25555), {
+            "cosid.distributor": "manual", "cosid.machine_id": 5}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid; SELECT cosid_create_generator('orders'); "
+                      "SELECT cosid_create_generator('gone'); SELECT cosid_drop_generator('gone')")
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('orders')")[0], 15,
+                 "generator orders")
+        records = ("SELECT string_agg(namespace || ' ' || layout, ',' ORDER BY namespace) "
+                   "FROM cosid.generator_namespace UNION ALL "
+                   "SELECT string_agg(name || ' ' || namespace, ',' ORDER BY name) "
+                   "FROM cosid.generator_name")
+        before = cluster.query(records)
+        self.assertIn("gone", before)
+        for table in ("cosid.generator_namespace", "cosid.generator_name"):
+            for statement in (f"DELETE FROM {table}", f"DELETE FROM {table} WHERE "
+                              f"{'namespace' if table.endswith('namespace') else 'name'} = "
+                              "'gone'", f"TRUNCATE {table} CASCADE"):
+                with self.subTest(statement=statement):
+                    refused = self.assert_refused("42501", cluster.query, statement)
+                    self.assertIn(f"rows of {table} cannot be deleted", refused.message)
+        self.assertEqual(cluster.query(records), before)
+        self.assertEqual(cluster.query("SELECT string_agg(name, ',') FROM cosid.generator"),
+                         "orders")
+        # The generator goes on, and the worker never found its definition unusable.
+        self.assertIsNotNone(try_next(cluster, "SELECT cosid_next('orders')")[0])
+        self.assertNotIn("is not used", cluster.log())
 
     def test_a_generator_in_the_default_namespace_is_not_used(self):
         # With a fixed machine id, two generators of one namespace would share it: a named

@@ -354,6 +354,28 @@ class Convert(unittest.TestCase):
                                 ("other_t", "42")):
             self.assertEqual(self.default_of(table, "id"), expected)
 
+    def test_the_extensions_own_tables_are_refused(self):
+        # A table of the extension (schema cosid), one put into the extension, and one that is
+        # only in schema cosid: none of their columns takes a default.
+        self.q("CREATE TABLE cosid.planted (id bigserial); "
+               "CREATE TABLE member_t (id bigserial); ALTER EXTENSION cosid ADD TABLE member_t")
+        self.addCleanup(self.q, "ALTER EXTENSION cosid DROP TABLE member_t; DROP TABLE member_t; "
+                                "DROP TABLE cosid.planted")
+        defaults = ("SELECT count(*) FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid "
+                    "WHERE c.relnamespace = 'cosid'::regnamespace")
+        before = self.q(defaults)
+        for table, column in (("cosid.machine_lease", "watermark_ms"),
+                              ("cosid.generator_namespace", "first_used_at"),
+                              ("cosid.planted", "id"), ("member_t", "id")):
+            with self.subTest(table=table):
+                state, stderr = sqlstate_of(
+                    self.cluster, f"SELECT cosid_convert_column('{table}', '{column}')")
+                self.assertEqual(state, "42809", stderr)
+                self.assertIn("belongs to the extension cosid", stderr)
+        self.assertEqual(self.q(defaults), before)
+        self.assertEqual(self.default_of("member_t", "id"),
+                         "nextval('member_t_id_seq'::regclass)")
+
 
 if __name__ == "__main__":
     unittest.main()

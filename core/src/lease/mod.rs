@@ -19,7 +19,7 @@ use std::fmt;
 pub mod session;
 pub mod status;
 
-pub use status::{AtomicText, LeaseProblem, LeaseStatus, UNKNOWN_TIME};
+pub use status::{AtomicText, LeaseProblem, LeaseSnapshot, LeaseStatus, UNKNOWN_TIME};
 
 /// The states a lease goes through, as the status view shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +102,70 @@ pub fn situation(state: LeaseState, last_renewed: Option<&str>, last_error: &str
         text.push('.');
     }
     text
+}
+
+/// The SQLSTATE class of a refusal: `Prerequisite` (55000) needs an operator, `Unavailable`
+/// (55P03) passes by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalKind {
+    Prerequisite,
+    Unavailable,
+}
+
+/// An error's parts: its class, message, DETAIL and HINT.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    pub message: String,
+    pub detail: String,
+    pub hint: &'static str,
+}
+
+const RETRY_HINT: &str = "Retry in a moment: ids are generated again as soon as the background \
+                          worker holds a lease. If this lasts, see cosid.status and the server log.";
+
+/// Why a leased generator refused an id because it was closed, composed from one snapshot of
+/// its lease (`state`, `problem`, the last renewal written out, the last error as the caller
+/// may see it): the message and the DETAIL say the same thing. The generator was found closed
+/// before the snapshot was taken, so a snapshot that shows a lease held means it was claimed
+/// in between.
+pub fn no_lease_refusal(
+    namespace: &str,
+    state: LeaseState,
+    problem: LeaseProblem,
+    last_renewed: Option<&str>,
+    last_error: &str,
+) -> Refusal {
+    let situation = situation(state, last_renewed, last_error);
+    if matches!(state, LeaseState::Up | LeaseState::Down) {
+        return Refusal {
+            kind: RefusalKind::Unavailable,
+            message: format!(
+                "cosid had no machine id lease in namespace \"{namespace}\" when the id was asked for"
+            ),
+            detail: format!("The lease was claimed just after. {situation}"),
+            hint: "Retry: ids are generated now that the background worker holds a lease.",
+        };
+    }
+    let message = format!("cosid holds no machine id lease in namespace \"{namespace}\"");
+    match problem {
+        // Only an operator ends these: the extension is missing or older than the library in
+        // the lease table's database, or the namespace holds ids of another layout.
+        LeaseProblem::NoExtension | LeaseProblem::LayoutMismatch => Refusal {
+            kind: RefusalKind::Prerequisite,
+            message,
+            detail: situation,
+            hint: "The last error says what to change. See cosid.status and the server log.",
+        },
+        // Claiming, a lost lease, a clock behind the last holder's watermark: the background
+        // worker ends each by itself.
+        _ => Refusal {
+            kind: RefusalKind::Unavailable,
+            message,
+            detail: situation,
+            hint: RETRY_HINT,
+        },
+    }
 }
 
 /// The lease timing settings, in milliseconds.
@@ -255,6 +319,94 @@ mod tests {
             guarder_delay_ms: delay_ms,
             guarder_initial_delay_ms: initial_ms,
         }
+    }
+
+    #[test]
+    fn a_refusal_says_one_thing_of_one_snapshot() {
+        let states = [
+            LeaseState::Claiming,
+            LeaseState::Up,
+            LeaseState::Down,
+            LeaseState::Lost,
+            LeaseState::ClockBehind,
+            LeaseState::Stopped,
+        ];
+        for state in states {
+            for problem in (0..=11).map(LeaseProblem::from_u8) {
+                let refusal = no_lease_refusal("orders", state, problem, None, "");
+                let held = matches!(state, LeaseState::Up | LeaseState::Down);
+                // The DETAIL is that snapshot's situation, and the message agrees with it.
+                assert!(
+                    refusal
+                        .detail
+                        .contains(&format!("(state {} in", state.name())),
+                    "{refusal:?}"
+                );
+                assert_eq!(
+                    refusal.message.contains("holds no machine id lease"),
+                    !held,
+                    "{refusal:?}"
+                );
+                assert_eq!(
+                    refusal.detail.contains("The lease is held"),
+                    held,
+                    "{refusal:?}"
+                );
+            }
+        }
+        // The race that was seen: a claim completed after the generator was found closed.
+        let refusal = no_lease_refusal(
+            "orders",
+            LeaseState::Up,
+            LeaseProblem::None,
+            Some("2026-01-01 00:00:00.000 UTC"),
+            "",
+        );
+        assert_eq!(refusal.kind, RefusalKind::Unavailable);
+        assert_eq!(
+            refusal.message,
+            "cosid had no machine id lease in namespace \"orders\" when the id was asked for"
+        );
+        assert!(refusal
+            .detail
+            .starts_with("The lease was claimed just after. The lease is held and renewed"));
+        let layout = no_lease_refusal(
+            "orders",
+            LeaseState::Claiming,
+            LeaseProblem::LayoutMismatch,
+            None,
+            "another layout",
+        );
+        assert_eq!(layout.kind, RefusalKind::Prerequisite);
+        assert_eq!(
+            layout.message,
+            "cosid holds no machine id lease in namespace \"orders\""
+        );
+        assert!(layout
+            .detail
+            .ends_with("The last error was: another layout."));
+    }
+
+    #[test]
+    fn a_snapshot_after_a_claim_shows_what_the_claim_cleared() {
+        let status = LeaseStatus::new();
+        status.set_state(LeaseState::Claiming);
+        status.set_problem(LeaseProblem::StoreError);
+        status.last_error.store("the store failed");
+        // As the session opens a generator: problem and error first, the state last.
+        status.set_problem(LeaseProblem::None);
+        status.last_error.store("");
+        status.set_renewed(5, 10, 15);
+        status.set_state(LeaseState::Up);
+        assert_eq!(
+            status.snapshot(),
+            LeaseSnapshot {
+                state: LeaseState::Up,
+                problem: LeaseProblem::None,
+                last_renewed_at_ms: 5,
+                last_error: String::new(),
+            }
+        );
     }
 
     #[test]

@@ -320,9 +320,10 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     }
 
     fn set_problem(&mut self, state: LeaseState, problem: LeaseProblem, text: String) {
-        self.status.set_state(state);
-        self.status.set_problem(problem);
+        // The state last: a reader that sees it sees its problem and text (LeaseStatus::snapshot).
         self.status.last_error.store(&text);
+        self.status.set_problem(problem);
+        self.status.set_state(state);
         self.note(LogLevel::Warning, format!("cosid: {text}"));
     }
 

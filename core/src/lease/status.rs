@@ -169,6 +169,17 @@ pub struct LeaseStatus {
 
 pub const UNKNOWN_TIME: i64 = i64::MIN;
 
+/// What a refusal reads of a lease, once: its message, DETAIL and HINT are all composed from
+/// this, so that they cannot describe two moments (a claim may complete between two reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSnapshot {
+    pub state: LeaseState,
+    pub problem: LeaseProblem,
+    /// Store-clock Unix ms; [`UNKNOWN_TIME`] when no renewal succeeded yet.
+    pub last_renewed_at_ms: i64,
+    pub last_error: String,
+}
+
 impl LeaseStatus {
     pub const fn new() -> LeaseStatus {
         LeaseStatus {
@@ -186,6 +197,18 @@ impl LeaseStatus {
         }
     }
 
+    /// The state, problem, last renewal and last error, each read once. The state is read
+    /// first: the worker writes it last when a claim opens the generator, so a snapshot that
+    /// shows a lease UP shows the problem and error that claim cleared.
+    pub fn snapshot(&self) -> LeaseSnapshot {
+        let state = self.state();
+        LeaseSnapshot {
+            state,
+            problem: self.problem(),
+            last_renewed_at_ms: self.last_renewed_at_ms(),
+            last_error: self.last_error.load(),
+        }
+    }
     pub fn state(&self) -> LeaseState {
         LeaseState::from_u8(self.state.load(Ordering::Acquire))
     }
