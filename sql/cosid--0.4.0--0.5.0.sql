@@ -91,6 +91,48 @@ BEGIN
 END
 $update$;
 
+-- A role that is not a superuser (a managed service's administrator, with CREATEROLE) may give
+-- objects to cosid_lease_owner, and grant and revoke on them as their owner, only while it has
+-- that role's privileges and may SET ROLE to it, and while cosid_lease_owner may create in
+-- schema cosid. It gets both for this transaction: it grants itself cosid_lease_owner (which
+-- CREATEROLE allows on PostgreSQL 15, and ADMIN OPTION on the role, which the role that created
+-- it has, on 16 and later), and cosid_lease_owner CREATE on the schema. The block after the
+-- last grant below takes both back, with any membership createrole_self_grant gave it, and
+-- checks that nobody but superusers can act as cosid_lease_owner. A superuser needs neither.
+DO $owner$
+DECLARE
+    v_path text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF NOT pg_catalog.current_setting('transaction_read_only')::boolean
+       AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+        BEGIN
+            IF pg_catalog.current_setting('server_version_num')::integer < 160000 THEN
+                IF NOT pg_catalog.pg_has_role('cosid_lease_owner', 'MEMBER') THEN
+                    EXECUTE pg_catalog.format('GRANT cosid_lease_owner TO %I', current_user);
+                END IF;
+            ELSIF NOT (pg_catalog.pg_has_role('cosid_lease_owner', 'USAGE')
+                       AND pg_catalog.pg_has_role('cosid_lease_owner', 'SET')) THEN
+                EXECUTE pg_catalog.format('GRANT cosid_lease_owner TO %I WITH INHERIT TRUE, SET TRUE', current_user);
+            END IF;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'role "%" cannot give objects to role cosid_lease_owner', current_user
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'A role that is not a superuser gives objects to a role only while it may act as it, and this role may not grant itself cosid_lease_owner: that takes CREATEROLE on PostgreSQL 15, and ADMIN OPTION on cosid_lease_owner (which the role that created it has) on 16 and later.',
+                      HINT = pg_catalog.format('Run this file as the role that created cosid_lease_owner and cosid_lease_holder, or as a superuser, or have a superuser run GRANT cosid_lease_owner TO %I WITH ADMIN OPTION, INHERIT FALSE, SET FALSE (on PostgreSQL 15: ALTER ROLE %I CREATEROLE) first.', current_user, current_user);
+        END;
+        IF NOT pg_catalog.pg_has_role('cosid_lease_owner', 'USAGE') THEN
+            RAISE EXCEPTION 'role "%" cannot use the privileges of role cosid_lease_owner', current_user
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'A role that is not a superuser grants and revokes on objects of cosid_lease_owner only with that role''s privileges, which a role with NOINHERIT does not use.',
+                      HINT = pg_catalog.format('Run this file as a superuser, or after ALTER ROLE %I INHERIT.', current_user);
+        END IF;
+        GRANT CREATE ON SCHEMA cosid TO cosid_lease_owner;
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END
+$owner$;
+
 -- The identity of the store the leases were last written in, and since when: a promoted
 -- standby, a point-in-time recovery and a restore into another cluster or database each give
 -- the store another identity, and each may have lost writes whose commit the holders were
@@ -694,6 +736,40 @@ REVOKE ALL ON FUNCTION cosid.store_identity_now(), cosid.store_settles_at(bigint
 GRANT EXECUTE ON FUNCTION
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) TO cosid_lease_holder;
+
+-- What the block before the objects were given to cosid_lease_owner granted is taken back, with
+-- any membership createrole_self_grant gave the role that created it (see that block), so that
+-- nobody but superusers can act as cosid_lease_owner; what is left is checked.
+DO $owner$
+DECLARE
+    v_path text := pg_catalog.current_setting('search_path');
+    v_me   oid;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF NOT pg_catalog.current_setting('transaction_read_only')::boolean
+       AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+        SELECT r.oid INTO v_me FROM pg_catalog.pg_roles r WHERE r.rolname = current_user;
+        REVOKE CREATE ON SCHEMA cosid FROM cosid_lease_owner;
+        IF EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                    WHERE m.roleid = 'cosid_lease_owner'::pg_catalog.regrole
+                      AND m.member = v_me AND m.grantor = v_me)
+           OR pg_catalog.current_setting('server_version_num')::integer < 160000 THEN
+            EXECUTE pg_catalog.format('REVOKE cosid_lease_owner FROM %I', current_user);
+        END IF;
+        IF EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                    WHERE m.roleid = 'cosid_lease_owner'::pg_catalog.regrole
+                      AND NOT (m.member = v_me AND m.admin_option
+                               AND NOT coalesce((pg_catalog.to_jsonb(m) ->> 'inherit_option')::boolean, true)
+                               AND NOT coalesce((pg_catalog.to_jsonb(m) ->> 'set_option')::boolean, true))) THEN
+            RAISE EXCEPTION 'role cosid_lease_owner has members'
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = pg_catalog.format('Members of cosid_lease_owner can change every lease: %s.', (SELECT pg_catalog.string_agg(pg_catalog.format('%s (granted by %s)', m.member::pg_catalog.regrole, m.grantor::pg_catalog.regrole), ', ') FROM pg_catalog.pg_auth_members m WHERE m.roleid = 'cosid_lease_owner'::pg_catalog.regrole)),
+                      HINT = 'Revoke those memberships (as a superuser where this role may not), then run this file again.';
+        END IF;
+    END IF;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END
+$owner$;
 -- </lease store>
 
 -- Every name a named generator ever had, with its namespace: calls under one name (a column's
