@@ -6,9 +6,9 @@
 //! memory, where backends of every database find it by name. These functions check a
 //! definition completely before they write it, so that the worker only ever reads good rows.
 
-use super::text_arg::{GeneratorName, TextArg};
+use super::text_arg::TextArg;
 use super::*;
-use crate::shmem::{GeneratorSlot, Phase, DEFAULT_NAME};
+use crate::shmem::{Phase, DEFAULT_NAME};
 use cosid_core::layout::{LayoutError, TimeUnit};
 use cosid_core::protocol::layout_text;
 use pgrx::datum::DatumWithOid;
@@ -371,151 +371,6 @@ fn cosid_drop_generator(name: Option<TextArg>) {
     });
 }
 
-#[pg_extern(name = "cosid_next", volatile, parallel_safe)]
-fn cosid_next_named(generator: Option<GeneratorName>, fcinfo: pg_sys::FunctionCallInfo) -> i64 {
-    let slot = match slot_of_this_call_site(fcinfo) {
-        Some(slot) if slot.is_live() => slot,
-        _ => {
-            let Some(generator) = &generator else {
-                null_argument("generator").raise()
-            };
-            let slot = live_slot(generator);
-            remember_for_this_call_site(fcinfo, slot);
-            slot
-        }
-    };
-    match slot.state.next_id(slot.config(), &mut ServerClock) {
-        Ok(id) => id,
-        Err(GenerateError::Closed) if !slot.is_live() => match &generator {
-            Some(generator) => unknown_generator(&generator.quoted()).raise(),
-            None => null_argument("generator").raise(),
-        },
-        Err(why) => generate_error(slot, why).raise(),
-    }
-}
-
-/// The slot this call site found before, if its generator argument is the same on every call.
-///
-/// `cosid_next('name')` is on the hot path, and in a query the name is nearly always a constant:
-/// the slot found on the first call is kept in the call site's `fn_extra` (which PostgreSQL resets
-/// for every new execution of the expression), so later calls compare no name. The slot stays
-/// right while it is live: a slot that left `Free` keeps its definition, name included, until
-/// the server stops. A cached slot that is not live is looked up again by name.
-#[inline]
-fn slot_of_this_call_site(fcinfo: pg_sys::FunctionCallInfo) -> Option<&'static GeneratorSlot> {
-    // SAFETY: PostgreSQL passes a valid fcinfo; its flinfo, when set, lives for the call site's
-    // execution. fn_extra is ours for this function: it is null or a slot pointer we stored,
-    // and slots live in shared memory for the life of the server.
-    unsafe {
-        let flinfo = (*fcinfo).flinfo;
-        if flinfo.is_null() {
-            return None;
-        }
-        (*flinfo)
-            .fn_extra
-            .cast::<GeneratorSlot>()
-            .cast_const()
-            .as_ref()
-    }
-}
-
-/// Keeps `slot` for the later calls of this call site if its generator argument is a constant.
-///
-/// Only a constant: a parameter is stable within one execution, but PL/pgSQL evaluates a simple
-/// expression again and again through the same call site with new values of its variables.
-fn remember_for_this_call_site(fcinfo: pg_sys::FunctionCallInfo, slot: &'static GeneratorSlot) {
-    // SAFETY: as in `slot_of_this_call_site`. fn_expr, when set, is the call's expression node,
-    // read only by its tag; a FuncExpr's args is a List of expression nodes.
-    unsafe {
-        let flinfo = (*fcinfo).flinfo;
-        if flinfo.is_null() || (*flinfo).fn_expr.is_null() {
-            return;
-        }
-        let call = (*flinfo).fn_expr;
-        if (*call).type_ != pg_sys::NodeTag::T_FuncExpr {
-            return;
-        }
-        let args = pgrx::PgList::<pg_sys::Node>::from_pg((*call.cast::<pg_sys::FuncExpr>()).args);
-        let Some(first) = args.get_ptr(0) else {
-            return;
-        };
-        if (*first).type_ == pg_sys::NodeTag::T_Const {
-            (*flinfo).fn_extra = std::ptr::from_ref(slot).cast_mut().cast();
-        }
-    }
-}
-
-/// The parts of an id of that generator, of type `cosid.decoded`. Its C symbol is new in 0.4.0,
-/// as `cosid_decode_v4`'s is.
-#[pg_extern(
-    name = "cosid_decode",
-    stable,
-    strict,
-    parallel_safe,
-    requires = ["decoded_type"]
-)]
-fn cosid_decode_named_v4(
-    id: i64,
-    generator: GeneratorName,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> composite_type!('static, "cosid.decoded") {
-    decoded(&generator_layout(&generator), id, fcinfo)
-}
-
-/// `cosid_decode(id, generator)` as cosid 0.3.0 declares it, set-returning, for its SQL until
-/// `ALTER EXTENSION cosid UPDATE`.
-#[pg_extern(sql = false, stable, strict, parallel_safe)]
-fn cosid_decode_named(
-    id: i64,
-    generator: GeneratorName,
-) -> TableIterator<
-    'static,
-    (
-        name!(ts, TimestampWithTimeZone),
-        name!(machine_id, i32),
-        name!(sequence, i32),
-    ),
-> {
-    TableIterator::once(decoded_parts(&generator_layout(&generator), id))
-}
-
-#[pg_extern(name = "cosid_timestamp", stable, strict, parallel_safe)]
-fn cosid_timestamp_named(id: i64, generator: GeneratorName) -> TimestampWithTimeZone {
-    let layout = generator_layout(&generator);
-    let parts = decompose_or_raise(&layout, id);
-    timestamptz(layout.ticks_to_unix_ms(parts.ticks)).or_raise()
-}
-
-#[pg_extern(name = "cosid_from_timestamp", stable, strict, parallel_safe)]
-fn cosid_from_timestamp_named(ts: TimestampWithTimeZone, generator: GeneratorName) -> i64 {
-    from_timestamp(&generator_layout(&generator), ts)
-}
-
-#[pg_extern(name = "cosid_friendly", stable, strict, parallel_safe)]
-fn cosid_friendly_named(id: i64, generator: GeneratorName) -> String {
-    friendly(&generator_layout(&generator), id)
-}
-
-#[pg_extern(name = "cosid_from_friendly", stable, strict, parallel_safe)]
-fn cosid_from_friendly_named(friendly: TextArg, generator: GeneratorName) -> i64 {
-    from_friendly(&generator_layout(&generator), &friendly)
-}
-
-/// Radix62 is the same for every layout; the generator's is checked to hold the id.
-#[pg_extern(name = "cosid_to_radix62", stable, strict, parallel_safe)]
-fn cosid_to_radix62_named(id: i64, generator: GeneratorName) -> String {
-    decompose_or_raise(&generator_layout(&generator), id);
-    super::cosid_to_radix62(id)
-}
-
-#[pg_extern(name = "cosid_from_radix62", stable, strict, parallel_safe)]
-fn cosid_from_radix62_named(radix62: TextArg, generator: GeneratorName) -> i64 {
-    let layout = generator_layout(&generator);
-    let id = super::cosid_from_radix62(radix62);
-    decompose_or_raise(&layout, id);
-    id
-}
-
 /// Runs `action` once the change just written is committed, and never if it is not. The commit
 /// callback fires at the top-level commit, also after a `ROLLBACK TO SAVEPOINT` that undid the
 /// change, and, for a prepared transaction, at a later commit of the session: so it asks the
@@ -536,74 +391,6 @@ fn on_commit_of_this_change(
     });
 }
 
-/// The live generator of that name, or the error that says why there is none.
-#[inline]
-fn live_slot(generator: &GeneratorName) -> &'static GeneratorSlot {
-    match shmem::live_generator(generator.bytes()) {
-        Ok(Some(slot)) => slot,
-        Ok(None) => unknown_generator(&generator.quoted()).raise(),
-        Err(why) => why.raise(),
-    }
-}
-
-/// The layout of that generator; the default one's works without preloading, as the
-/// one-argument functions do.
-fn generator_layout(generator: &GeneratorName) -> Layout {
-    if generator.bytes() == DEFAULT_NAME.as_bytes() {
-        return layout_or_raise();
-    }
-    live_slot(generator).config().layout
-}
-
-/// The error for a name that is no live generator. Until the definitions were first read, the
-/// name may be one not loaded yet: that is a moment's wait, not a mistake.
-pub(super) fn unknown_generator(quoted: &str) -> CosidError {
-    let preloaded = shmem::is_preloaded();
-    if preloaded && (!shmem::definitions_loaded() || shmem::creations_pending()) {
-        if let Some(why) = no_machine_id() {
-            return CosidError::prerequisite(format!(
-                "cosid has no machine id for generator {quoted}"
-            ))
-            .detail(why.detail())
-            .hint(why.hint());
-        }
-        return CosidError::unavailable(format!(
-            "cosid generator {quoted} is not known yet"
-        ))
-        .detail(format!(
-            "The background worker has not yet read the generators' definitions (table cosid.generator in cosid.database, \"{}\") since the server started or a generator was created.",
-            settings::server().map_or("", |settings| settings.database.as_str())
-        ))
-        .hint("Try again in a moment. If this lasts, see the server log and cosid.status.");
-    }
-    let names: Vec<String> = shmem::generators()
-        .map(|slots| {
-            slots
-                .filter(|slot| slot.phase() == Phase::Live)
-                .map(|slot| slot.name().to_string())
-                .collect()
-        })
-        .unwrap_or_else(|_| vec![DEFAULT_NAME.to_string()]);
-    let error = CosidError::new(
-        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-        format!("cosid generator {quoted} does not exist"),
-    );
-    match settings::server() {
-        // A database restored from another server's dump calls the generators it used there.
-        Some(settings) => error
-            .detail(format!(
-                "Named generators are defined in cosid.database of each server (\"{}\" on this one), not in the databases that use them: a dump of another database does not carry them.",
-                settings.database
-            ))
-            .hint(format!(
-                "The generators of this server are: {}. Create one with cosid_create_generator() in database \"{}\"; it is usable everywhere within about a second.",
-                names.join(", "),
-                settings.database
-            )),
-        None => error.hint("Only the default generator exists while cosid is not loaded via \"shared_preload_libraries\"."),
-    }
-}
-
 fn already_exists(name: &str) -> CosidError {
     let error = CosidError::new(
         PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
@@ -616,7 +403,7 @@ fn already_exists(name: &str) -> CosidError {
     }
 }
 
-fn null_argument(argument: &str) -> CosidError {
+pub(super) fn null_argument(argument: &str) -> CosidError {
     CosidError::new(
         PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
         format!("argument \"{argument}\" must not be null"),
