@@ -57,11 +57,7 @@ impl LayoutRecord {
 
     /// The layout, if the record is a valid one.
     pub fn layout(&self) -> Option<Layout> {
-        let time_unit = match self.time_unit.as_str() {
-            "millisecond" => TimeUnit::Millisecond,
-            "second" => TimeUnit::Second,
-            _ => return None,
-        };
+        let time_unit = TimeUnit::from_name(&self.time_unit)?;
         Layout::new(
             self.epoch_ms,
             time_unit,

@@ -66,6 +66,15 @@ impl TimeUnit {
         }
     }
 
+    /// The unit a name stands for: `millisecond` or `second`, in any case, around any spaces.
+    pub fn from_name(name: &str) -> Option<TimeUnit> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "millisecond" => Some(TimeUnit::Millisecond),
+            "second" => Some(TimeUnit::Second),
+            _ => None,
+        }
+    }
+
     pub const fn name(self) -> &'static str {
         match self {
             TimeUnit::Millisecond => "millisecond",
@@ -742,6 +751,20 @@ impl UtcTime {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn time_units_are_named_in_any_case() {
+        assert_eq!(TimeUnit::from_name(" Second "), Some(TimeUnit::Second));
+        assert_eq!(
+            TimeUnit::from_name("MILLISECOND"),
+            Some(TimeUnit::Millisecond)
+        );
+        assert_eq!(TimeUnit::from_name("minute"), None);
+        for unit in [TimeUnit::Millisecond, TimeUnit::Second] {
+            assert_eq!(TimeUnit::from_name(unit.name()), Some(unit));
+        }
+    }
+
     use super::*;
 
     const COSID_VECTOR_ID: i64 = 295_913_926_632_165_376;

@@ -227,19 +227,16 @@ fn bits_setting(name: &CStr, default: u32) -> Result<u32, CosidError> {
 /// The layout the settings describe. It reads the settings by name rather than through the
 /// statics, so that it works where the library is not preloaded and they are not defined.
 pub fn layout_setting() -> Result<Layout, CosidError> {
-    let epoch_text = setting_text(c"cosid.epoch").unwrap_or_else(|| "2019-12-24T16:00:00Z".into());
+    let epoch_text = setting_text(c"cosid.epoch")
+        .unwrap_or_else(|| super::table::DEFAULT_EPOCH.to_string_lossy().into_owned());
     let epoch_ms = layout::parse_epoch(&epoch_text)
         .map_err(|why| invalid_setting(c"cosid.epoch", &epoch_text).detail(why))?;
     let time_unit = match setting_text(c"cosid.time_unit") {
         None => TimeUnit::Millisecond,
-        Some(text) => match text.trim().to_ascii_lowercase().as_str() {
-            "millisecond" => TimeUnit::Millisecond,
-            "second" => TimeUnit::Second,
-            _ => {
-                return Err(invalid_setting(c"cosid.time_unit", &text)
-                    .detail("Available values: millisecond, second."))
-            }
-        },
+        Some(text) => TimeUnit::from_name(&text).ok_or_else(|| {
+            invalid_setting(c"cosid.time_unit", &text)
+                .detail("Available values: millisecond, second.")
+        })?,
     };
     Layout::new(
         epoch_ms,
