@@ -143,11 +143,14 @@ class Timeline(unittest.TestCase):
         waiting = [s for s in self.servers if status(s)["state"] != "UP"][0]
         proxy = self.proxies[self.servers.index(victim)]
         with windows.fault("partition", f"partition: {victim.name} cut off from the store",
-                           victim.name):
+                           victim.name) as window:
             proxy.set_mode("blackhole")
-            time.sleep(SAFE_GUARD_S + 2)
+            # Healed no sooner than 2 s past the safe guard, and only once the takeover is
+            # done: healed before, the victim could claim its own machine id again.
+            wait_for(lambda: status(waiting)["state"] == "UP", 20,
+                     f"{waiting.name} to take {victim.name}'s machine id over")
+            time.sleep(max(0.0, window["start_ms"] / 1000 + SAFE_GUARD_S + 2 - time.time()))
             proxy.set_mode("pass")
-        self.assertEqual(status(waiting)["state"], "UP", "no takeover")
         self.assertEqual(int(status(waiting)["machine_id"]), victim_id)
         self.wait_for_two_holders()
         time.sleep(STEADY_S)
