@@ -30,7 +30,7 @@ timed = start=$$(date +%s); $(2) || exit $$?; echo "$$(( $$(date +%s) - start ))
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 
 .PHONY: setup install run stop test quick unit-test old-versions lint integration-test test-faults \
-	bench package
+	fault-run plot bench package
 
 setup:
 	scripts/setup.sh
@@ -106,6 +106,16 @@ integration-test: install $(call OLD_VERSIONS_FOR,$(PG))
 test-faults: install
 	cd tests && COSID_FAULT_ROUNDS=$${COSID_FAULT_ROUNDS:-20} python3 run.py -v faults.test_faults \
 		faults.test_load
+
+# The picture of a fault run in docs/reliability.md: `make fault-run` runs the scenario of four
+# faults in a row (tests/faults/test_timeline.py) and writes its timeline to
+# docs/images/fault-run.json; `make plot` draws docs/images/fault-run.svg from that file.
+fault-run: install
+	cd tests && COSID_TIMELINE=../docs/images/fault-run.json python3 run.py -v faults.test_timeline
+	$(MAKE) --no-print-directory plot
+
+plot:
+	python3 scripts/plot-fault-run.py docs/images/fault-run.json docs/images/fault-run.svg
 
 bench: install
 	python3 bench/bench.py
