@@ -68,12 +68,12 @@ class NeverLeased(unittest.TestCase):
         error = self.refused("SELECT cosid_next()")
         location = field(error.stderr, "LOCATION")
         self.assertIsNotNone(location, error.stderr)
-        # PostgreSQL prints the file's base name: the line must be one of src/sql/mod.rs that
+        # PostgreSQL prints the file's base name: the line must be one of src/sql/ids.rs that
         # raises (cosid_next's), not the one inside the error type.
         self.assertNotIn("error.rs", location)
-        match = re.fullmatch(r"cosid, mod\.rs:(\d+)", location)
+        match = re.fullmatch(r"cosid, ids\.rs:(\d+)", location)
         self.assertIsNotNone(match, location)
-        line = (ROOT / "src" / "sql" / "mod.rs").read_text().splitlines()[int(match[1]) - 1]
+        line = (ROOT / "src" / "sql" / "ids.rs").read_text().splitlines()[int(match[1]) - 1]
         self.assertIn("raise", line)
         parse = self.refused("SELECT cosid_from_friendly('x')")
         self.assertNotIn("error.rs", field(parse.stderr, "LOCATION"))
