@@ -1020,6 +1020,6 @@ CREATE  FUNCTION "cosid_create_generator"(
 ) RETURNS void
 VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'cosid_create_generator_wrapper';
+AS 'MODULE_PATHNAME', 'cosid_create_generator_v5_wrapper';
 REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) FROM PUBLIC;
 COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) IS 'Defines a named cosid generator, in the database cosid.database; usable from every database of the server within about a second. Superusers only.';

@@ -104,12 +104,40 @@ REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer
 REVOKE ALL ON FUNCTION cosid_drop_generator(text) FROM PUBLIC;
 "#,
     name = "generator_functions_private",
-    requires = [cosid_create_generator, cosid_drop_generator]
+    requires = [cosid_create_generator_v5, cosid_drop_generator]
 );
 
-#[pg_extern(volatile, parallel_unsafe)]
+/// `cosid_create_generator` as cosid 0.4.0 and earlier declare it (no threshold), for their SQL
+/// until `ALTER EXTENSION cosid UPDATE`: it refuses there with a clear error (their tables lack
+/// what this library records), where the new form's symbol would read an argument not passed.
+#[pg_extern(sql = false, volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
 fn cosid_create_generator(
+    name: Option<TextArg>,
+    layout: Option<TextArg>,
+    namespace: Option<TextArg>,
+    machine_bits: Option<i32>,
+    sequence_bits: Option<i32>,
+    timestamp_bits: Option<i32>,
+    epoch: Option<TimestampWithTimeZone>,
+    time_unit: Option<TextArg>,
+) {
+    create_generator(
+        name,
+        layout,
+        namespace,
+        machine_bits,
+        sequence_bits,
+        timestamp_bits,
+        epoch,
+        time_unit,
+        None,
+    )
+}
+
+#[pg_extern(name = "cosid_create_generator", volatile, parallel_unsafe)]
+#[allow(clippy::too_many_arguments)]
+fn cosid_create_generator_v5(
     name: Option<TextArg>,
     layout: default!(Option<TextArg>, "'millisecond'"),
     namespace: default!(Option<TextArg>, "NULL"),
@@ -119,6 +147,31 @@ fn cosid_create_generator(
     epoch: default!(Option<TimestampWithTimeZone>, "NULL"),
     time_unit: default!(Option<TextArg>, "NULL"),
     sequence_reset_threshold: default!(Option<i32>, "NULL"),
+) {
+    create_generator(
+        name,
+        layout,
+        namespace,
+        machine_bits,
+        sequence_bits,
+        timestamp_bits,
+        epoch,
+        time_unit,
+        sequence_reset_threshold,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_generator(
+    name: Option<TextArg>,
+    layout: Option<TextArg>,
+    namespace: Option<TextArg>,
+    machine_bits: Option<i32>,
+    sequence_bits: Option<i32>,
+    timestamp_bits: Option<i32>,
+    epoch: Option<TimestampWithTimeZone>,
+    time_unit: Option<TextArg>,
+    sequence_reset_threshold: Option<i32>,
 ) {
     let settings = in_definitions_database();
     let Some(name) = name else {
