@@ -1000,3 +1000,26 @@ BEGIN
     RETURN v_first;
 END
 $convert$;
+
+-- Each named generator's sequence reset threshold, NULL for its layout's own (CosId's: half its
+-- maximum sequence); cosid_create_generator takes it as a new last argument.
+ALTER TABLE cosid.generator ADD COLUMN sequence_reset_threshold integer,
+    ADD CONSTRAINT generator_sequence_reset_threshold_check CHECK (sequence_reset_threshold
+        BETWEEN 0 AND (1::pg_catalog.int8 OPERATOR(pg_catalog.<<) sequence_bits) - 1);
+DROP FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text);
+CREATE  FUNCTION "cosid_create_generator"(
+	"name" text, /* Option < TextArg > */
+	"layout" text DEFAULT 'millisecond', /* Option < TextArg > */
+	"namespace" text DEFAULT NULL, /* Option < TextArg > */
+	"machine_bits" INT DEFAULT NULL, /* Option < i32 > */
+	"sequence_bits" INT DEFAULT NULL, /* Option < i32 > */
+	"timestamp_bits" INT DEFAULT NULL, /* Option < i32 > */
+	"epoch" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"time_unit" text DEFAULT NULL, /* Option < TextArg > */
+	"sequence_reset_threshold" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS void
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cosid_create_generator_v5_wrapper';
+REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) FROM PUBLIC;
+COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) IS 'Defines a named cosid generator, in the database cosid.database; usable from every database of the server within about a second. Superusers only.';

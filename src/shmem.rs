@@ -60,7 +60,9 @@ use crate::settings::{
 };
 use crate::{host, local_state};
 use cosid_core::distributor::DistributorKind;
-use cosid_core::generator::{BackwardsPolicy, GeneratorConfig, GeneratorState};
+use cosid_core::generator::{
+    default_sequence_reset_threshold, BackwardsPolicy, GeneratorConfig, GeneratorState,
+};
 use cosid_core::layout::Layout;
 use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
 pub use cosid_core::registry::Phase;
@@ -124,17 +126,20 @@ impl Definition {
         definition
     }
 
-    /// A named generator's definition on this server: the server's sequence reset threshold,
-    /// distributor and instance id, with its own name, namespace and layout.
+    /// A named generator's definition on this server: the server's distributor and instance id,
+    /// with its own name, namespace, layout and sequence reset threshold (without one, CosId's
+    /// for its layout: half its maximum sequence).
     pub fn named(
         settings: &ServerSettings,
         name: &str,
         namespace: &str,
         layout: Layout,
+        sequence_reset_threshold: Option<u32>,
     ) -> Definition {
         let config = GeneratorConfig {
             layout,
-            sequence_reset_threshold: settings.config.sequence_reset_threshold,
+            sequence_reset_threshold: sequence_reset_threshold
+                .unwrap_or_else(|| default_sequence_reset_threshold(&layout)),
         };
         let instance_id = match all_slots() {
             Ok(slots) => slots[DEFAULT_GENERATOR].instance_id(),

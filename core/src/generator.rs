@@ -26,9 +26,39 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const CLOSED_BIT: u64 = 1 << 63;
 
-/// CosId's default sequence reset threshold: a new tick restarts the sequence only once it has
-/// reached this value, so that `id % n` sharding stays even at low rates.
+/// CosId's default sequence reset threshold of its default layout (12 sequence bits): a new tick
+/// restarts the sequence only once it has reached this value, so that `id % n` sharding stays
+/// even at low rates.
 pub const DEFAULT_SEQUENCE_RESET_THRESHOLD: u32 = 2047;
+
+/// CosId's default sequence reset threshold for a layout, `SnowflakeId.defaultSequenceResetThreshold`
+/// (`~(-1L << (sequenceBit - 1))`): half the maximum sequence, rounded down. 2,047 for 12
+/// sequence bits, 255 for `safe_js`'s 9, 2,097,151 for `second`'s 22, 262,143 for 19.
+pub fn default_sequence_reset_threshold(layout: &Layout) -> u32 {
+    layout.max_sequence() >> 1
+}
+
+/// Why a sequence reset threshold does not fit a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThresholdTooLarge {
+    pub threshold: i64,
+    pub max_sequence: u32,
+}
+
+/// A sequence reset threshold checked against a layout: 0 (restart at every tick) up to the
+/// maximum sequence. A larger one would never be reached, and the sequence would never restart.
+pub fn check_sequence_reset_threshold(
+    layout: &Layout,
+    threshold: i64,
+) -> Result<u32, ThresholdTooLarge> {
+    match u32::try_from(threshold) {
+        Ok(value) if value <= layout.max_sequence() => Ok(value),
+        _ => Err(ThresholdTooLarge {
+            threshold,
+            max_sequence: layout.max_sequence(),
+        }),
+    }
+}
 /// CosId's `DefaultClockBackwardsSynchronizer` defaults.
 pub const DEFAULT_SPIN_THRESHOLD_MS: u64 = 1;
 pub const DEFAULT_BROKEN_THRESHOLD_MS: u64 = 500;
@@ -371,6 +401,86 @@ mod tests {
     use super::*;
     use crate::layout::{TimeUnit, COSID_EPOCH_MS};
     use std::collections::{HashSet, VecDeque};
+
+    #[test]
+    fn each_preset_resets_at_half_its_maximum_sequence_as_cosid() {
+        // The figures of CosId's SnowflakeId.defaultSequenceResetThreshold for each layout.
+        let expected = [
+            ("millisecond", 2_047),
+            ("second", 2_097_151),
+            ("safe_js", 255),
+            ("safe_js_second", 262_143),
+        ];
+        for (name, threshold) in expected {
+            let (unit, timestamp_bits, machine_bits, sequence_bits) =
+                crate::layout::preset(name).unwrap();
+            let layout = Layout::new(
+                COSID_EPOCH_MS,
+                unit,
+                timestamp_bits,
+                machine_bits,
+                sequence_bits,
+            )
+            .unwrap();
+            assert_eq!(
+                default_sequence_reset_threshold(&layout),
+                threshold,
+                "{name}"
+            );
+        }
+        let one_bit = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 10, 1).unwrap();
+        assert_eq!(default_sequence_reset_threshold(&one_bit), 0);
+        let widest = Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 31, 0, 31).unwrap();
+        assert_eq!(default_sequence_reset_threshold(&widest), (1 << 30) - 1);
+    }
+
+    #[test]
+    fn a_threshold_is_zero_up_to_the_maximum_sequence() {
+        let safe_js = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 3, 9).unwrap();
+        assert_eq!(check_sequence_reset_threshold(&safe_js, 0), Ok(0));
+        assert_eq!(check_sequence_reset_threshold(&safe_js, 511), Ok(511));
+        for refused in [-1, 512, i64::from(u32::MAX) + 1] {
+            assert_eq!(
+                check_sequence_reset_threshold(&safe_js, refused),
+                Err(ThresholdTooLarge {
+                    threshold: refused,
+                    max_sequence: 511
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_safe_js_generator_at_one_id_per_tick_stays_at_or_below_its_threshold() {
+        // The sequence climbs by one per id until it reaches the threshold, then restarts at
+        // the next tick: with CosId's 255 it never passes 255; with the millisecond layout's
+        // 2047, never reached, it climbs to 511 and wraps.
+        let layout = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 3, 9).unwrap();
+        let highest = |threshold: u32| {
+            let config = GeneratorConfig {
+                layout,
+                sequence_reset_threshold: threshold,
+            };
+            let mut last = IdParts {
+                ticks: 1,
+                machine_id: 0,
+                sequence: 0,
+            };
+            let mut highest = 0;
+            for tick in 2..3_000 {
+                match plan(&config, last, tick) {
+                    Plan::Issue(parts) => {
+                        highest = highest.max(parts.sequence);
+                        last = parts;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            highest
+        };
+        assert_eq!(highest(default_sequence_reset_threshold(&layout)), 255);
+        assert_eq!(highest(DEFAULT_SEQUENCE_RESET_THRESHOLD), 511);
+    }
 
     /// A clock that replays scripted readings; waits advance it.
     struct ScriptedClock {

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::error::CosidError;
 use cosid_core::distributor::{self, DistributorKind, NoMachineId};
-use cosid_core::generator::GeneratorConfig;
+use cosid_core::generator::{default_sequence_reset_threshold, GeneratorConfig};
 use cosid_core::layout::{self, Layout, LayoutError, TimeUnit};
 use pgrx::GucSetting;
 use std::ffi::{CStr, CString};
@@ -100,7 +100,10 @@ pub fn server_settings(
         max_generators: MAX_GENERATORS.get().clamp(1, MAX_NAMED_GENERATORS as i32) as usize,
         config: GeneratorConfig {
             layout,
-            sequence_reset_threshold: SEQUENCE_RESET_THRESHOLD.get() as u32,
+            sequence_reset_threshold: match u32::try_from(SEQUENCE_RESET_THRESHOLD.get()) {
+                Ok(threshold) => threshold,
+                Err(_) => default_sequence_reset_threshold(&layout),
+            },
         },
         namespace,
         distributor,

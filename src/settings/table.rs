@@ -58,8 +58,8 @@ static TIMESTAMP_BITS: GucSetting<i32> =
 static MACHINE_BITS: GucSetting<i32> = GucSetting::<i32>::new(layout::DEFAULT_MACHINE_BITS as i32);
 static SEQUENCE_BITS: GucSetting<i32> =
     GucSetting::<i32>::new(layout::DEFAULT_SEQUENCE_BITS as i32);
-pub(super) static SEQUENCE_RESET_THRESHOLD: GucSetting<i32> =
-    GucSetting::<i32>::new(cosid_core::generator::DEFAULT_SEQUENCE_RESET_THRESHOLD as i32);
+/// -1: the layout's own, CosId's (half the maximum sequence).
+pub(super) static SEQUENCE_RESET_THRESHOLD: GucSetting<i32> = GucSetting::<i32>::new(-1);
 pub(super) static CLOCK_BACKWARDS_SPIN_THRESHOLD: GucSetting<i32> =
     GucSetting::<i32>::new(cosid_core::generator::DEFAULT_SPIN_THRESHOLD_MS as i32);
 pub(super) static CLOCK_BACKWARDS_BROKEN_THRESHOLD: GucSetting<i32> =
@@ -351,11 +351,12 @@ pub(super) static SETTINGS: [Setting; 21] = [
     Setting {
         name: c"cosid.sequence_reset_threshold",
         short: c"A new tick restarts the sequence only once it has reached this value.",
-        long: c"CosId's default, 2047, keeps id % n sharding even at low rates; 0 restarts the \
-                sequence at every tick.",
+        long: c"-1 (the default) takes CosId's for the layout, half the maximum sequence \
+                (2047 with 12 sequence bits), which keeps id % n sharding even at low rates; 0 \
+                restarts the sequence at every tick.",
         kind: Kind::Int {
             value: &SEQUENCE_RESET_THRESHOLD,
-            min: 0,
+            min: -1,
             max: i32::MAX,
         },
         context: Context::ServerStart,

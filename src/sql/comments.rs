@@ -31,7 +31,7 @@ COMMENT ON FUNCTION cosid_to_radix62(bigint) IS 'CosId''s Radix62 form of an id:
 COMMENT ON FUNCTION cosid_to_radix62(bigint, text) IS 'CosId''s Radix62 form of an id, checked to fit the named cosid generator''s layout.';
 COMMENT ON FUNCTION cosid_from_radix62(text) IS 'The cosid id of a Radix62 form, padded to 11 characters or not.';
 COMMENT ON FUNCTION cosid_from_radix62(text, text) IS 'The id of a Radix62 form, checked to fit the named cosid generator''s layout.';
-COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text) IS 'Defines a named cosid generator, in the database cosid.database; usable from every database of the server within about a second. Superusers only.';
+COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) IS 'Defines a named cosid generator, in the database cosid.database; usable from every database of the server within about a second. Superusers only.';
 COMMENT ON FUNCTION cosid_drop_generator(text) IS 'Drops a named cosid generator at commit: its calls are refused at once, and its machine id is released. Superusers only.';
 COMMENT ON TYPE cosid.decoded IS 'The parts of a cosid id, as cosid_decode returns them.';
 COMMENT ON COLUMN cosid.decoded.ts IS 'The id''s timestamp.';
@@ -76,7 +76,7 @@ COMMENT ON FUNCTION cosid.lease_store_version() IS 'The version of the lease sto
         cosid_to_radix62_named,
         cosid_from_radix62,
         cosid_from_radix62_named,
-        cosid_create_generator,
+        cosid_create_generator_v5,
         cosid_drop_generator,
         cosid::generator_status_v4
     ]

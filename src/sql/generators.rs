@@ -9,6 +9,7 @@
 use super::text_arg::TextArg;
 use super::*;
 use crate::shmem::{Phase, DEFAULT_NAME};
+use cosid_core::generator::{check_sequence_reset_threshold, ThresholdTooLarge};
 use cosid_core::layout::{LayoutError, TimeUnit};
 use cosid_core::protocol::layout_text;
 use pgrx::datum::DatumWithOid;
@@ -44,6 +45,11 @@ COMMENT ON TABLE cosid.generator_namespace IS 'The layout of every namespace a n
 
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator', '');
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator_namespace', '');
+-- A new tick restarts the sequence only once it has reached this value; NULL means the layout's
+-- own, CosId's: half its maximum sequence.
+ALTER TABLE cosid.generator ADD COLUMN sequence_reset_threshold integer,
+    ADD CONSTRAINT generator_sequence_reset_threshold_check CHECK (sequence_reset_threshold
+        BETWEEN 0 AND (1::pg_catalog.int8 OPERATOR(pg_catalog.<<) sequence_bits) - 1);
 
 -- Every name a named generator ever had, with its namespace: calls under one name (a column's
 -- DEFAULT cosid_next('name')) must never get ids of two namespaces, whose layouts or machine
@@ -94,16 +100,44 @@ SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
 
 extension_sql!(
     r#"
-REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid_drop_generator(text) FROM PUBLIC;
 "#,
     name = "generator_functions_private",
-    requires = [cosid_create_generator, cosid_drop_generator]
+    requires = [cosid_create_generator_v5, cosid_drop_generator]
 );
 
-#[pg_extern(volatile, parallel_unsafe)]
+/// `cosid_create_generator` as cosid 0.4.0 and earlier declare it (no threshold), for their SQL
+/// until `ALTER EXTENSION cosid UPDATE`: it refuses there with a clear error (their tables lack
+/// what this library records), where the new form's symbol would read an argument not passed.
+#[pg_extern(sql = false, volatile, parallel_unsafe)]
 #[allow(clippy::too_many_arguments)]
 fn cosid_create_generator(
+    name: Option<TextArg>,
+    layout: Option<TextArg>,
+    namespace: Option<TextArg>,
+    machine_bits: Option<i32>,
+    sequence_bits: Option<i32>,
+    timestamp_bits: Option<i32>,
+    epoch: Option<TimestampWithTimeZone>,
+    time_unit: Option<TextArg>,
+) {
+    create_generator(
+        name,
+        layout,
+        namespace,
+        machine_bits,
+        sequence_bits,
+        timestamp_bits,
+        epoch,
+        time_unit,
+        None,
+    )
+}
+
+#[pg_extern(name = "cosid_create_generator", volatile, parallel_unsafe)]
+#[allow(clippy::too_many_arguments)]
+fn cosid_create_generator_v5(
     name: Option<TextArg>,
     layout: default!(Option<TextArg>, "'millisecond'"),
     namespace: default!(Option<TextArg>, "NULL"),
@@ -112,6 +146,32 @@ fn cosid_create_generator(
     timestamp_bits: default!(Option<i32>, "NULL"),
     epoch: default!(Option<TimestampWithTimeZone>, "NULL"),
     time_unit: default!(Option<TextArg>, "NULL"),
+    sequence_reset_threshold: default!(Option<i32>, "NULL"),
+) {
+    create_generator(
+        name,
+        layout,
+        namespace,
+        machine_bits,
+        sequence_bits,
+        timestamp_bits,
+        epoch,
+        time_unit,
+        sequence_reset_threshold,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_generator(
+    name: Option<TextArg>,
+    layout: Option<TextArg>,
+    namespace: Option<TextArg>,
+    machine_bits: Option<i32>,
+    sequence_bits: Option<i32>,
+    timestamp_bits: Option<i32>,
+    epoch: Option<TimestampWithTimeZone>,
+    time_unit: Option<TextArg>,
+    sequence_reset_threshold: Option<i32>,
 ) {
     let settings = in_definitions_database();
     let Some(name) = name else {
@@ -165,6 +225,10 @@ fn cosid_create_generator(
         .map_err(layout_error)
         .or_raise();
     covers_now(&layout).or_raise();
+    let threshold = sequence_reset_threshold.map(|value| {
+        check_sequence_reset_threshold(&layout, i64::from(value))
+            .unwrap_or_else(|why| threshold_refused(why).raise())
+    });
     let namespace = match namespace {
         None => name.clone(),
         Some(text) => text.as_str().to_string(),
@@ -300,7 +364,14 @@ fn cosid_create_generator(
             .ok()
             .flatten()
             .unwrap_or(0);
-        check_room(settings, &name, &namespace, &layout, defined as usize);
+        check_room(
+            settings,
+            &name,
+            &namespace,
+            &layout,
+            threshold,
+            defined as usize,
+        );
         let args: Vec<DatumWithOid> = vec![
             name.as_str().into(),
             namespace.as_str().into(),
@@ -310,10 +381,11 @@ fn cosid_create_generator(
             (layout.machine_bits() as i32).into(),
             (layout.sequence_bits() as i32).into(),
             layout_line.as_str().into(),
+            threshold.map(|value| value as i32).into(),
         ];
         client
             .update(
-                "WITH defined AS (INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, sequence_bits) VALUES ($1, $2, $3, $4, $5, $6, $7)), \
+                "WITH defined AS (INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, sequence_bits, sequence_reset_threshold) VALUES ($1, $2, $3, $4, $5, $6, $7, $9)), \
                  named AS (INSERT INTO cosid.generator_name (name, namespace) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING) \
                  INSERT INTO cosid.generator_namespace (namespace, layout) VALUES ($2, $8) ON CONFLICT (namespace) DO NOTHING",
                 None,
@@ -517,6 +589,21 @@ fn width(value: Option<i32>, preset: u32, argument: &str, range: (u32, u32)) -> 
     }
 }
 
+fn threshold_refused(why: ThresholdTooLarge) -> CosidError {
+    CosidError::invalid_argument(format!(
+        "sequence_reset_threshold must be from 0 to {}, not {}",
+        why.max_sequence, why.threshold
+    ))
+    .detail(format!(
+        "A new tick restarts the sequence only once it has reached this value, which the layout's largest sequence, {}, must reach.",
+        why.max_sequence
+    ))
+    .hint(format!(
+        "Leave it out for CosId's, half the largest sequence: {}.",
+        why.max_sequence >> 1
+    ))
+}
+
 fn preset_names() -> String {
     layout::PRESETS
         .iter()
@@ -586,13 +673,15 @@ fn check_room(
     name: &str,
     namespace: &str,
     layout: &Layout,
+    sequence_reset_threshold: Option<u32>,
     defined: usize,
 ) {
     let Ok(slots) = shmem::all_slots() else {
         return;
     };
     let named = &slots[1..=settings.max_generators.min(shmem::MAX_GENERATORS - 1)];
-    let definition = shmem::Definition::named(settings, name, namespace, *layout);
+    let definition =
+        shmem::Definition::named(settings, name, namespace, *layout, sequence_reset_threshold);
     let reusable = named
         .iter()
         .any(|slot| slot.phase() == Phase::Dropped && slot.definition().same_as(&definition));

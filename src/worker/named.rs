@@ -22,6 +22,7 @@ use crate::host::boottime_ms;
 use crate::settings::{self, MachineSource, ServerSettings};
 use crate::shmem::{self, Definition, GeneratorSlot, Phase, MAX_GENERATORS};
 use crate::{local_state, store};
+use cosid_core::generator::check_sequence_reset_threshold;
 use cosid_core::layout::{Layout, LayoutError, TimeUnit};
 use cosid_core::lease::session::{LogLevel, Session, Slot};
 use cosid_core::lease::{LeaseProblem, LeaseState, LeaseTiming};
@@ -57,6 +58,8 @@ struct Row {
     name: String,
     namespace: String,
     layout: Layout,
+    /// NULL: the layout's own (CosId's, half its maximum sequence).
+    sequence_reset_threshold: Option<u32>,
 }
 
 /// How the named generators get their machine id.
@@ -199,7 +202,15 @@ impl<'a> NamedGenerators<'a> {
         };
         let definitions: Vec<Definition> = rows
             .iter()
-            .map(|row| Definition::named(self.settings, &row.name, &row.namespace, row.layout))
+            .map(|row| {
+                Definition::named(
+                    self.settings,
+                    &row.name,
+                    &row.namespace,
+                    row.layout,
+                    row.sequence_reset_threshold,
+                )
+            })
             .collect();
         let slots = self.slots;
         let named = &slots[1..=self.settings.max_generators.min(MAX_GENERATORS - 1)];
@@ -433,18 +444,38 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
         if !installed {
             return Ok(Vec::new());
         }
-        let table = client
+        // The extension's SQL of 0.4.0 (not updated yet) has no threshold column: its
+        // generators take their layouts' thresholds.
+        let has_threshold = client
             .select(
-                // The text as UTF-8 whatever the database's encoding (the names are ASCII by
-                // the table's check; a namespace need not be).
-                "SELECT pg_catalog.convert_to(g.name, 'UTF8'), \
-                 pg_catalog.convert_to(g.namespace, 'UTF8'), g.epoch_ms, g.time_unit, \
-                 g.timestamp_bits, g.machine_bits, g.sequence_bits, n.layout \
-                 FROM cosid.generator g LEFT JOIN cosid.generator_namespace n \
-                 ON n.namespace OPERATOR(pg_catalog.=) g.namespace ORDER BY g.created_at, g.name",
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute \
+                 WHERE attrelid OPERATOR(pg_catalog.=) 'cosid.generator'::pg_catalog.regclass \
+                 AND attname OPERATOR(pg_catalog.=) 'sequence_reset_threshold' \
+                 AND NOT attisdropped)",
                 None,
                 &[],
             )
+            .map_err(|e| e.to_string())?
+            .first()
+            .get::<bool>(1)
+            .map_err(|e| e.to_string())?
+            .unwrap_or(false);
+        let query = format!(
+            // The text as UTF-8 whatever the database's encoding (the names are ASCII by the
+            // table's check; a namespace need not be).
+            "SELECT pg_catalog.convert_to(g.name, 'UTF8'), \
+             pg_catalog.convert_to(g.namespace, 'UTF8'), g.epoch_ms, g.time_unit, \
+             g.timestamp_bits, g.machine_bits, g.sequence_bits, n.layout, {} \
+             FROM cosid.generator g LEFT JOIN cosid.generator_namespace n \
+             ON n.namespace OPERATOR(pg_catalog.=) g.namespace ORDER BY g.created_at, g.name",
+            if has_threshold {
+                "g.sequence_reset_threshold::pg_catalog.int8"
+            } else {
+                "NULL::pg_catalog.int8"
+            }
+        );
+        let table = client
+            .select(&query, None, &[])
             .map_err(|e| e.to_string())?;
         let mut rows = Vec::new();
         for row in table {
@@ -474,23 +505,32 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
                 .get::<i64>(3)
                 .map_err(|e| e.to_string())?
                 .unwrap_or(i64::MIN);
+            let threshold = row.get::<i64>(9).map_err(|e| e.to_string())?;
             rows.push((
-                utf8(1)?,
-                utf8(2)?,
+                (utf8(1)?, utf8(2)?),
                 epoch_ms,
                 text(4)?,
                 int(5)?,
                 int(6)?,
                 int(7)?,
                 text(8)?,
+                threshold,
             ));
         }
         Ok(rows)
     })?;
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    for (name, namespace, epoch_ms, unit, timestamp_bits, machine_bits, sequence_bits, recorded) in
-        raw
+    for (
+        (name, namespace),
+        epoch_ms,
+        unit,
+        timestamp_bits,
+        machine_bits,
+        sequence_bits,
+        recorded,
+        threshold,
+    ) in raw
     {
         // The table's checks keep such rows out; one edited past them is skipped.
         let time_unit = match unit.as_str() {
@@ -555,10 +595,26 @@ fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>),
             ));
             continue;
         }
+        // The table's check keeps a threshold within the layout; one edited past it is not
+        // used rather than taken for another.
+        let sequence_reset_threshold = match threshold {
+            None => None,
+            Some(value) => match check_sequence_reset_threshold(&layout, value) {
+                Ok(value) => Some(value),
+                Err(_) => {
+                    skipped.push((
+                        name,
+                        "its sequence_reset_threshold is not from 0 to its maximum sequence",
+                    ));
+                    continue;
+                }
+            },
+        };
         rows.push(Row {
             name,
             namespace,
             layout,
+            sequence_reset_threshold,
         });
     }
     Ok((rows, skipped))

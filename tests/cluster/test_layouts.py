@@ -8,7 +8,7 @@ import json
 import unittest
 
 from helpers.leases import FAST_LEASES
-from helpers.pgcluster import ROOT, Cluster, free_port, wait_for_answer
+from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for_answer
 
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "cosid-layouts.json").read_text())["layouts"]
 
@@ -116,6 +116,88 @@ class Layouts(unittest.TestCase):
             (json_text,), = self.cluster.rows(f"SELECT json_build_object('id', {largest}::bigint)")
             number = json.loads(json_text, parse_int=float)["id"]
             self.assertEqual(int(number) == largest, survives, f"{layout}: {json_text}")
+
+    def test_each_generator_resets_its_sequence_at_its_layouts_threshold(self):
+        # CosId's SnowflakeId.defaultSequenceResetThreshold: half the maximum sequence.
+        expected = {"millisecond": 2047, "second": 2097151, "safe_js": 255,
+                    "safe_js_second": 262143}
+        self.assertEqual(set(expected), set(VECTORS))
+        for layout, threshold in expected.items():
+            with self.subTest(layout=layout):
+                rows = wait_for_answer(
+                    self.cluster,
+                    "SELECT s.sequence_reset_threshold, g.sequence_reset_threshold IS NULL "
+                    "FROM cosid.status s JOIN cosid.generator g USING (name) "
+                    f"WHERE name = 'v_{layout}' AND cosid_next(name) > 0", {"42704", "55P03"})
+                self.assertEqual(rows, [[str(threshold), "t"]])
+        # The default generator keeps cosid.sequence_reset_threshold, -1 by default: its
+        # layout's, 2047 for the default layout.
+        self.assertEqual(
+            self.cluster.rows("SELECT current_setting('cosid.sequence_reset_threshold'), "
+                              "sequence_reset_threshold FROM cosid.status WHERE name = 'default'"),
+            [["-1", "2047"]])
+
+    def paced_sequences(self, generator, count):
+        """The sequences of `count` ids of `generator`, one about every 1.5 ms: each in a tick
+        of its own, as an application issuing a few hundred ids a second gets them."""
+        wait_for_answer(self.cluster, f"SELECT cosid_next('{generator}')", {"42704", "55P03"})
+        table = f"paced_{generator}"
+        self.cluster.query(f"CREATE TABLE {table} (n int, id bigint)")
+        self.cluster.query(f"""
+            DO $$
+            BEGIN
+                FOR n IN 1..{count} LOOP
+                    INSERT INTO {table} VALUES (n, cosid_next('{generator}'));
+                    PERFORM pg_sleep(0.0015);
+                END LOOP;
+            END $$""")
+        rows = self.cluster.rows(f"""
+            SELECT d.sequence, (extract(epoch FROM d.ts) * 1000)::bigint
+              FROM {table} p, cosid_decode(p.id, '{generator}') d ORDER BY p.n""")
+        self.assertEqual(len(rows), count)
+        ticks = [int(tick) for _, tick in rows]
+        self.assertEqual(len(set(ticks)), count, "one id per millisecond")
+        return [int(sequence) for sequence, _ in rows]
+
+    def test_safe_js_sequence_stays_at_or_below_255_at_one_id_per_1_5_ms(self):
+        # Every id is in a new millisecond, so the sequence climbs by one per id until it has
+        # reached the threshold. With CosId's 255 it restarts there; with the millisecond
+        # layout's 2047, never reached by 9 bits, it climbs to 511 and wraps.
+        self.cluster.query("SELECT cosid_create_generator('paced', 'safe_js')")
+        sequences = self.paced_sequences("paced", 700)
+        peak = sequences.index(max(sequences))
+        self.assertEqual(max(sequences), 255,
+                         f"sequences around the highest: {sequences[max(0, peak - 3):peak + 3]}")
+        self.assertIn(1, sequences[256:], "restarted after reaching 255")
+
+    def test_the_threshold_argument_overrides_the_layouts_and_is_checked(self):
+        self.cluster.query(
+            "SELECT cosid_create_generator('every_tick', 'safe_js', sequence_reset_threshold => 0)")
+        # 0: every new millisecond restarts the sequence, so each paced id has sequence 1.
+        self.assertEqual(set(self.paced_sequences("every_tick", 50)), {1})
+        self.assertEqual(
+            self.cluster.rows("SELECT s.sequence_reset_threshold, g.sequence_reset_threshold "
+                              "FROM cosid.status s JOIN cosid.generator g USING (name) "
+                              "WHERE name = 'every_tick'"),
+            [["0", "0"]])
+        for layout, threshold, largest in [("safe_js", 512, 511), ("safe_js", -1, 511),
+                                           ("second", 4194304, 4194303)]:
+            with self.subTest(layout=layout, threshold=threshold):
+                with self.assertRaises(SqlError) as refused:
+                    self.cluster.query(
+                        f"SELECT cosid_create_generator('refused', '{layout}', "
+                        f"sequence_reset_threshold => {threshold})")
+                self.assertEqual(refused.exception.sqlstate, "22023")
+                self.assertIn(f"sequence_reset_threshold must be from 0 to {largest}, "
+                              f"not {threshold}", refused.exception.stderr)
+                self.assertIn("HINT:", refused.exception.stderr)
+        # The largest is accepted; a row written past the function is refused by the table.
+        self.cluster.query("BEGIN; SELECT cosid_create_generator('largest', 'safe_js', "
+                           "sequence_reset_threshold => 511); ROLLBACK")
+        with self.assertRaises(SqlError) as refused:
+            self.cluster.query("UPDATE cosid.generator SET sequence_reset_threshold = 512 "
+                               "WHERE name = 'every_tick'")
+        self.assertEqual(refused.exception.sqlstate, "23514")
 
 
 if __name__ == "__main__":

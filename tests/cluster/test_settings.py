@@ -463,6 +463,34 @@ class Settings(unittest.TestCase):
             self.cluster.query("SELECT cosid_from_timestamp('2023-12-31 23:59:59+00')")
         self.assertEqual(refused.exception.sqlstate, "22008")
 
+    def test_default_generator_takes_its_layouts_sequence_reset_threshold(self):
+        # -1, the default, is CosId's for the layout: half the largest sequence. With 9
+        # sequence bits that is 255, which ids one per millisecond reach and restart from; the
+        # 2047 of the default layout would let them climb to 511.
+        started, _ = self.start_with({"cosid.machine_id": 5, "cosid.sequence_bits": 9})
+        self.assertTrue(started)
+        self.assertEqual(self.cluster.rows(
+            "SELECT current_setting('cosid.sequence_reset_threshold'), sequence_bits, "
+            "sequence_reset_threshold FROM cosid.status"), [["-1", "9", "255"]])
+        self.cluster.query("""
+            CREATE TABLE paced (n int, id bigint);
+            DO $$
+            BEGIN
+                FOR n IN 1..600 LOOP
+                    INSERT INTO paced VALUES (n, cosid_next());
+                    PERFORM pg_sleep(0.0015);
+                END LOOP;
+            END $$""")
+        (highest, ticks), = self.cluster.rows(
+            "SELECT max(d.sequence), count(DISTINCT d.ts) FROM paced, cosid_decode(id) d")
+        self.assertEqual((highest, ticks), ("255", "600"))
+        # A value set is used as it is.
+        started, _ = self.start_with({"cosid.machine_id": 5, "cosid.sequence_bits": 9,
+                                      "cosid.sequence_reset_threshold": 100})
+        self.assertTrue(started)
+        self.assertEqual(self.cluster.rows("SELECT sequence_reset_threshold FROM cosid.status"),
+                         [["100"]])
+
     def test_friendly_form_after_the_year_9999_is_refused(self):
         started, _ = self.start_with({"cosid.machine_id": 1, "cosid.timestamp_bits": 50,
                                       "cosid.machine_bits": 1, "cosid.sequence_bits": 12})
