@@ -393,8 +393,54 @@ fn create_generator(
             )
             .or_raise_spi();
     });
+    remember_created_here(&name);
     // At commit the worker reads the definitions at once: usable within milliseconds.
     on_commit_of_this_change(shmem::generator_created);
+}
+
+thread_local! {
+    /// The generators this backend created, each with the (sub)transaction that wrote its
+    /// definition: until that commits, the worker cannot publish it, and a call in the same
+    /// transaction (a migration that creates a generator and a table that uses it) is refused.
+    static CREATED_HERE: std::cell::RefCell<Vec<(String, pg_sys::TransactionId)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn remember_created_here(name: &str) {
+    // SAFETY: the definition was just written, so this (sub)transaction has a transaction id.
+    let writer = unsafe { pg_sys::GetCurrentTransactionId() };
+    CREATED_HERE.with_borrow_mut(|created| {
+        created.retain(|(_, xid)| is_this_transaction(*xid));
+        created.push((name.to_string(), writer));
+    });
+}
+
+/// Whether `xid` is this transaction or one of its subtransactions not rolled back.
+fn is_this_transaction(xid: pg_sys::TransactionId) -> bool {
+    // SAFETY: reads this backend's own transaction state; an aborted subtransaction's id is no
+    // longer part of it.
+    unsafe { pg_sys::TransactionIdIsCurrentTransactionId(xid) }
+}
+
+/// Whether this transaction created a generator of that name that it has not dropped: the
+/// remembered creation, confirmed by the definition this transaction sees.
+pub(super) fn created_in_this_transaction(name: &str) -> bool {
+    let remembered = CREATED_HERE.with_borrow(|created| {
+        created
+            .iter()
+            .any(|(created, xid)| created == name && is_this_transaction(*xid))
+    });
+    if !remembered {
+        return false;
+    }
+    let args: Vec<DatumWithOid> = vec![name.into()];
+    Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT FROM cosid.generator WHERE name OPERATOR(pg_catalog.=) $1)",
+        &args,
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false)
 }
 
 #[pg_extern(volatile, parallel_unsafe)]

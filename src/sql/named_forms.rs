@@ -2,7 +2,7 @@
 //! `cosid_next('name')` on the hot path (the slot kept per call site), and the decode and format
 //! functions of a named generator's layout. The definitions are in `generators.rs`.
 
-use super::generators::null_argument;
+use super::generators::{created_in_this_transaction, null_argument};
 use super::text_arg::{GeneratorName, TextArg};
 use super::*;
 use crate::shmem::{GeneratorSlot, Phase, DEFAULT_NAME};
@@ -185,6 +185,19 @@ pub(super) fn generator_layout(generator: &GeneratorName) -> Layout {
 /// The error for a name that is no live generator. Until the definitions were first read, the
 /// name may be one not loaded yet: that is a moment's wait, not a mistake.
 pub(super) fn unknown_generator(quoted: &str) -> CosidError {
+    // A name this transaction created needs no escaping in quotes (letters, digits, _).
+    if let Some(name) = quoted
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        if created_in_this_transaction(name) {
+            return CosidError::prerequisite(format!(
+                "cosid generator {quoted} was created in this transaction and is usable only after it commits"
+            ))
+            .detail("The background worker publishes a new generator, and claims its lease, once the transaction that created it has committed.")
+            .hint("Create the generator in a transaction of its own (a migration of its own, for a migration tool) and commit it before the statements that use it.");
+        }
+    }
     let preloaded = shmem::is_preloaded();
     if preloaded && (!shmem::definitions_loaded() || shmem::creations_pending()) {
         if let Some(why) = no_machine_id() {

@@ -322,6 +322,44 @@ class Generators(ClusterTest):
         wait_for(lambda: next_id(cluster, "fresh")[0], 10, "'fresh' to generate")
         creator.run("SELECT cosid_next('fresh')")
 
+    def test_a_generator_used_in_the_transaction_that_creates_it(self):
+        # Migration tools run a migration in one transaction: the generator it creates is not
+        # published before that transaction commits, so a use in it cannot succeed. The refusal
+        # says so (55000), not that the generator does not exist and should be created (42704).
+        cluster = self.cluster("gen-same-xact", 25809)
+        wait_generators_up(cluster, ["default"])
+        migration = ("SELECT cosid_create_generator('migrated'); "
+                     "CREATE TABLE migrated (id bigint PRIMARY KEY "
+                     "DEFAULT cosid_next('migrated'), v text); ")
+        for use in ("INSERT INTO migrated (v) VALUES ('a')",
+                    "SELECT cosid_timestamp(1, 'migrated')",
+                    "SELECT cosid_decode(1, 'migrated')"):
+            refused = self.assertRefused("55000", migration + use, cluster)
+            self.assertIn('cosid generator "migrated" was created in this transaction',
+                          refused.message, use)
+            self.assertIn("commit", hint_of(refused), use)
+        # Created in a savepoint rolled back, or created and dropped: it does not exist.
+        self.assertRefused("42704", "BEGIN; SAVEPOINT s; "
+                           "SELECT cosid_create_generator('migrated'); ROLLBACK TO s; "
+                           "SELECT cosid_next('migrated'); COMMIT", cluster)
+        self.assertRefused("42704", "SELECT cosid_create_generator('migrated'); "
+                           "SELECT cosid_drop_generator('migrated'); "
+                           "SELECT cosid_next('migrated')", cluster)
+        # Created in a savepoint released: still this transaction's.
+        self.assertRefused("55000", "BEGIN; SAVEPOINT s; "
+                           "SELECT cosid_create_generator('migrated'); RELEASE s; "
+                           "SELECT cosid_next('migrated'); COMMIT", cluster)
+        # Another session does not see it before the commit: it does not exist there.
+        creator = Psql(cluster)
+        self.addCleanup(creator.close)
+        creator.run("BEGIN")
+        creator.run("SELECT cosid_create_generator('migrated')")
+        self.assertRefused("42704", "SELECT cosid_next('migrated')", cluster)
+        creator.run("COMMIT")
+        # Committed, the migration's generator works in the same session and in others.
+        wait_for(lambda: next_id(cluster, "migrated")[0], 10, "'migrated' to generate")
+        creator.run("SELECT cosid_next('migrated')")
+
     def test_each_call_uses_the_generator_its_argument_names(self):
         # A call site whose name is a constant keeps the generator it found for the rest of the
         # query; any other argument is looked up on every call. 'js' issues ids below 2^53 and
