@@ -34,24 +34,44 @@ static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
 pub enum Opening {
     /// Open as usual, with nothing issued at or before this Unix millisecond, if any.
     Generate(Option<i64>),
-    /// Never open: the reason, for the status.
+    /// Never open: the definition could repeat ids. The reason, for the status.
     Refuse(String),
+    /// Never open: the file cannot be read or written. The reason, for the status.
+    Unusable(String),
 }
 
 /// Reads the history, decides, and records the definition in use before any id of it can be
 /// issued. In the postmaster's shared-memory startup hook.
 pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
+    // SAFETY: plain flags the postmaster set before loading libraries.
+    let (under_postmaster, binary_upgrade) =
+        unsafe { (pg_sys::IsUnderPostmaster, pg_sys::IsBinaryUpgrade) };
+    // Only the postmaster keeps the history: a child that runs the startup hook itself
+    // (EXEC_BACKEND builds) finds the segment made, and must neither write nor register an exit
+    // of its own. pg_upgrade's servers issue no id, and the old server's history is copied over
+    // (docs/upgrading.md).
+    if under_postmaster || binary_upgrade {
+        return Opening::Generate(None);
+    }
     let previous = match read() {
         Ok(previous) => previous,
-        Err(why) => return Opening::Refuse(why),
+        Err(why) => return Opening::Unusable(why),
     };
-    match history::verdict(previous.as_ref(), namespace, layout) {
+    match history::verdict(previous.as_ref(), namespace, layout, unix_ms_now()) {
         Verdict::Generate { floor_ms, record } => {
-            if let Err(why) = write(&record) {
-                return Opening::Refuse(why);
+            // A crash-restart finds its own record: no write, so that a full disk, a common
+            // cause of crashes, does not keep the generator closed once space is freed.
+            if previous.as_ref() != Some(&record) {
+                if let Err(why) = write(&record) {
+                    return Opening::Unusable(why);
+                }
             }
             let mut running = RUNNING.lock().unwrap_or_else(|poison| poison.into_inner());
-            let last_ms = running.as_ref().map_or(i64::MIN, |r| r.last_ms);
+            // What earlier segments of this postmaster issued, and what the record carries.
+            let last_ms = running
+                .as_ref()
+                .map_or(i64::MIN, |r| r.last_ms)
+                .max(floor_ms.unwrap_or(i64::MIN));
             *running = Some(Running {
                 record,
                 layout: *layout,
@@ -73,6 +93,14 @@ pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
              the new layout is above the ids issued under the old one",
             previous.namespace,
             previous.layout.describe()
+        )),
+        Verdict::TooFar { previous, floor_ms } => Opening::Refuse(format!(
+            "the default generator's namespace or layout changed (it was namespace \"{}\", {}), \
+             and the ids of the new one are above those issued under the old one only after {}, \
+             more than a day from now",
+            previous.namespace,
+            previous.layout.describe(),
+            cosid_core::layout::format_unix_ms(floor_ms)
         )),
     }
 }
@@ -123,8 +151,10 @@ unsafe extern "C-unwind" fn at_exit(code: std::os::raw::c_int, _arg: pg_sys::Dat
     let Some(running) = running.as_mut() else {
         return;
     };
+    // The segment's last id, or its floor; and the clock: every id was issued before the exit,
+    // unless the clock was stepped back meanwhile, which the segment's last id covers.
     let segment_last_ms = slot.state.last_timestamp_ms(&running.layout);
-    running.last_ms = running.last_ms.max(segment_last_ms);
+    running.last_ms = running.last_ms.max(segment_last_ms).max(unix_ms_now());
     if code != 0 {
         return;
     }
@@ -135,14 +165,16 @@ unsafe extern "C-unwind" fn at_exit(code: std::os::raw::c_int, _arg: pg_sys::Dat
     }
 }
 
-/// The Unix millisecond the default generator's ids stay above, when that is still ahead of
-/// the clock: for a refusal's message.
+/// The Unix millisecond from which the default generator may issue ids, when that is still
+/// ahead of the clock: for a refusal's message and for the lease worker, which claims no
+/// machine id long before it can use it.
 pub fn floor_ahead_ms(slot: &crate::shmem::GeneratorSlot) -> Option<i64> {
     let floor_ticks = slot.state.history_floor_ticks();
     if floor_ticks == 0 {
         return None;
     }
     let layout = slot.config().layout;
-    let floor_ms = layout.ticks_to_unix_ms(floor_ticks.min(layout.max_ticks()));
-    (floor_ms >= unix_ms_now()).then_some(floor_ms)
+    // The first tick an id may have is the one after the floor's.
+    let first_ms = layout.ticks_to_unix_ms(floor_ticks.saturating_add(1).min(layout.max_ticks()));
+    (first_ms > unix_ms_now()).then_some(first_ms)
 }

@@ -423,17 +423,23 @@ fn fresh_state() -> SharedState {
     *slot.phase.get_mut() = Phase::Live as u32;
     if !matches!(settings.machine, MachineSource::Missing(_)) {
         let layout = settings.config.layout;
-        match crate::history::open_default(&settings.namespace, &layout) {
+        let opening = crate::history::open_default(&settings.namespace, &layout);
+        let opening_is_unusable = matches!(opening, crate::history::Opening::Unusable(_));
+        match opening {
             crate::history::Opening::Generate(floor_ms) => {
                 if let Some(ticks) = floor_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok()) {
                     slot.state.set_history_floor(ticks);
                 }
             }
-            crate::history::Opening::Refuse(why) => {
+            crate::history::Opening::Refuse(why) | crate::history::Opening::Unusable(why) => {
                 // Never opened: neither the state writer nor the lease worker opens it, and a
                 // floor past the layout's last tick keeps any opening from issuing.
                 slot.state.set_history_floor(u64::MAX);
-                slot.lease.set_problem(LeaseProblem::History);
+                slot.lease.set_problem(if opening_is_unusable {
+                    LeaseProblem::HistoryFile
+                } else {
+                    LeaseProblem::History
+                });
                 slot.lease.last_error.store(&why);
                 slot.lease.set_state(LeaseState::Stopped);
                 return state;

@@ -181,6 +181,11 @@ impl HistoryRecord {
     }
 }
 
+/// The longest a changed definition waits for its ids to be above the old one's: a floor further
+/// ahead is refused, since the wait would look like an outage (an epoch moved a day forward, or
+/// narrower fields whose ids pass the old ones only in years).
+pub const MAX_WAIT_MS: i64 = 24 * 3_600_000;
+
 /// What the history says of the definition a server starts with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -194,31 +199,52 @@ pub enum Verdict {
     LastIdUnknown { previous: HistoryRecord },
     /// The definition changed, and no id of the new one can be above the old one's last.
     NeverAbove { previous: HistoryRecord },
+    /// The definition changed, and its ids are above the old one's only after `floor_ms`, more
+    /// than [`MAX_WAIT_MS`] after `now_ms`.
+    TooFar {
+        previous: HistoryRecord,
+        floor_ms: i64,
+    },
 }
 
-/// The verdict for a server starting with `namespace` and `layout`, given the record the
-/// history file holds (`None`: no file, the first start).
-pub fn verdict(previous: Option<&HistoryRecord>, namespace: &str, layout: &Layout) -> Verdict {
+/// The verdict for a server starting with `namespace` and `layout` at `now_ms`, given the record
+/// the history file holds (`None`: no file, the first start).
+pub fn verdict(
+    previous: Option<&HistoryRecord>,
+    namespace: &str,
+    layout: &Layout,
+    now_ms: i64,
+) -> Verdict {
     let Some(previous) = previous else {
         return Verdict::Generate {
             floor_ms: None,
             record: HistoryRecord::running(namespace, layout, None),
         };
     };
+    // Everything the recorded definitions issued is at or before this, when it is known.
+    let issued_up_to = match (previous.last_ms, previous.floor_ms) {
+        (Some(last_ms), floor_ms) => Some(last_ms.max(floor_ms.unwrap_or(i64::MIN))),
+        (None, _) => None,
+    };
     if previous.is_definition(namespace, layout) {
+        // Nothing below what the same definition issued before, whatever machine id it gets
+        // now (another distributor, a clock stepped back across the restart).
+        let floor_ms = issued_up_to.or(previous.floor_ms);
         return Verdict::Generate {
-            floor_ms: previous.floor_ms,
-            record: HistoryRecord::running(namespace, layout, previous.floor_ms),
+            floor_ms,
+            record: HistoryRecord::running(namespace, layout, floor_ms),
         };
     }
-    let (Some(last_ms), Some(old_layout)) = (previous.last_ms, previous.layout.layout()) else {
+    let (Some(last_ms), Some(old_layout)) = (issued_up_to, previous.layout.layout()) else {
         return Verdict::LastIdUnknown {
             previous: previous.clone(),
         };
     };
-    // The old definition issued nothing above the floor it carried, nor above its last id.
-    let last_ms = last_ms.max(previous.floor_ms.unwrap_or(i64::MIN));
     match floor_above(&old_layout, last_ms, layout) {
+        Some(floor_ms) if floor_ms > now_ms.saturating_add(MAX_WAIT_MS) => Verdict::TooFar {
+            previous: previous.clone(),
+            floor_ms,
+        },
         Some(floor_ms) => Verdict::Generate {
             floor_ms: Some(floor_ms),
             record: HistoryRecord::running(namespace, layout, Some(floor_ms)),
@@ -306,7 +332,7 @@ mod tests {
 
     #[test]
     fn a_first_start_generates_with_no_floor() {
-        let verdict = verdict(None, "cosid", &millis(COSID_EPOCH_MS));
+        let verdict = verdict(None, "cosid", &millis(COSID_EPOCH_MS), NOW);
         assert_eq!(
             verdict,
             Verdict::Generate {
@@ -317,22 +343,44 @@ mod tests {
     }
 
     #[test]
-    fn the_same_definition_keeps_the_floor_it_carries_whether_or_not_it_stopped_cleanly() {
+    fn the_same_definition_stays_above_what_it_issued_before() {
         let layout = millis(COSID_EPOCH_MS);
-        for last_ms in [None, Some(NOW)] {
+        // Stopped cleanly: above its last id and its carried floor (another machine id, or a
+        // clock stepped back across the restart, must not go below them).
+        for (last_ms, expected) in [
+            (None, Some(NOW - 5)),
+            (Some(NOW), Some(NOW)),
+            (Some(NOW - 9), Some(NOW - 5)),
+        ] {
             let previous = HistoryRecord {
                 last_ms,
                 ..HistoryRecord::running("cosid", &layout, Some(NOW - 5))
             };
-            match verdict(Some(&previous), "cosid", &layout) {
+            match verdict(Some(&previous), "cosid", &layout, NOW) {
                 Verdict::Generate { floor_ms, record } => {
-                    assert_eq!(floor_ms, Some(NOW - 5));
-                    assert_eq!(record.floor_ms, Some(NOW - 5));
+                    assert_eq!(floor_ms, expected, "{last_ms:?}");
+                    assert_eq!(record.floor_ms, expected, "carried");
                     assert_eq!(record.last_ms, None, "running again");
                 }
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_floor_more_than_a_day_ahead_is_refused() {
+        let old = millis(COSID_EPOCH_MS);
+        let previous = HistoryRecord::running("cosid", &old, None).stopped(NOW);
+        let day_later = millis(COSID_EPOCH_MS + MAX_WAIT_MS + 1_000);
+        assert!(matches!(
+            verdict(Some(&previous), "cosid", &day_later, NOW),
+            Verdict::TooFar { floor_ms, .. } if floor_ms == NOW + MAX_WAIT_MS + 1_000
+        ));
+        let hour_later = millis(COSID_EPOCH_MS + 3_600_000);
+        assert!(matches!(
+            verdict(Some(&previous), "cosid", &hour_later, NOW),
+            Verdict::Generate { floor_ms: Some(floor_ms), .. } if floor_ms == NOW + 3_600_000
+        ));
     }
 
     #[test]
@@ -344,7 +392,7 @@ mod tests {
             ("cosid", seconds(COSID_EPOCH_MS)),
         ] {
             assert_eq!(
-                verdict(Some(&previous), namespace, &layout),
+                verdict(Some(&previous), namespace, &layout, NOW),
                 Verdict::LastIdUnknown {
                     previous: previous.clone()
                 }
@@ -356,7 +404,7 @@ mod tests {
     fn another_namespace_of_the_same_layout_waits_only_past_the_last_id() {
         let layout = millis(COSID_EPOCH_MS);
         let previous = HistoryRecord::running("cosid", &layout, None).stopped(NOW);
-        match verdict(Some(&previous), "orders", &layout) {
+        match verdict(Some(&previous), "orders", &layout, NOW) {
             Verdict::Generate { floor_ms, record } => {
                 assert_eq!(floor_ms, Some(NOW));
                 assert_eq!(record.namespace, "orders");
@@ -400,7 +448,7 @@ mod tests {
         let short = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 20, 10, 12).unwrap();
         let previous = HistoryRecord::running("cosid", &old, None).stopped(NOW);
         assert_eq!(
-            verdict(Some(&previous), "cosid", &short),
+            verdict(Some(&previous), "cosid", &short, NOW),
             Verdict::NeverAbove {
                 previous: previous.clone()
             }
@@ -411,7 +459,7 @@ mod tests {
         every_new_id_above(&new, NOW, &old, floor_ms);
         let narrow = Layout::new(COSID_EPOCH_MS, TimeUnit::Millisecond, 41, 8, 12).unwrap();
         // Fewer machine bits: the same instant makes ids four times smaller, so the floor is
-        // years away (and the server refuses rather than wait for it).
+        // years away (and the server refuses rather than wait for it: MAX_WAIT_MS).
         let layout = millis(COSID_EPOCH_MS);
         let floor_ms = floor_above(&layout, NOW, &narrow).unwrap();
         assert!(floor_ms > NOW + 3 * 365 * 86_400_000);
@@ -422,7 +470,7 @@ mod tests {
     fn a_carried_floor_above_the_last_id_counts() {
         let layout = millis(COSID_EPOCH_MS);
         let previous = HistoryRecord::running("cosid", &layout, Some(NOW + 1_000)).stopped(NOW);
-        match verdict(Some(&previous), "orders", &layout) {
+        match verdict(Some(&previous), "orders", &layout, NOW) {
             Verdict::Generate { floor_ms, .. } => assert_eq!(floor_ms, Some(NOW + 1_000)),
             other => panic!("{other:?}"),
         }

@@ -211,6 +211,26 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
     }
     const SETTINGS: &str = "cosid.namespace, cosid.epoch, cosid.time_unit, cosid.timestamp_bits, \
                             cosid.machine_bits and cosid.sequence_bits";
+    if slot.lease.problem() == LeaseProblem::HistoryFile {
+        // The file's path and the system's error name the data directory: superusers only.
+        // SAFETY: superuser() only reads the current user's role, which every backend has.
+        let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
+        let mut detail = why;
+        if let Some(first) = detail.chars().next() {
+            detail.replace_range(..first.len_utf8(), &first.to_uppercase().to_string());
+        }
+        return Some(
+            CosidError::prerequisite("cosid cannot use the default generator's history file")
+                .detail(format!(
+                    "{}. The file records the namespace and layout of the ids cosid_next() issued, so that a change of them never repeats one; without it no id is issued.",
+                    detail.trim_end_matches('.')
+                ))
+                .hint(format!(
+                    "Make the file {} in the data directory readable and writable by the server (free disk space, permissions), or restore it from a backup, and restart the server.",
+                    crate::history::HISTORY_FILE
+                )),
+        );
+    }
     if slot.lease.problem() == LeaseProblem::History {
         // SAFETY: superuser() only reads the current user's role, which every backend has.
         let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
@@ -220,13 +240,15 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
             previous.as_ref(),
             &settings.namespace,
             &settings.config.layout,
+            crate::host::unix_ms_now(),
         );
         let hint = match verdict {
             cosid_core::history::Verdict::LastIdUnknown { .. } => format!(
-                "Restart the server with the settings it had before ({SETTINGS}), and stop it \
-                 cleanly (pg_ctl stop -m fast): the last id is then recorded, and at the next \
-                 start the new settings issue ids above it. For a new layout in new columns, \
-                 create a named generator instead (cosid_create_generator)."
+                "Restart the server with the settings it had before ({SETTINGS}), wait until \
+                 cosid.status shows the default generator UP, and stop the server cleanly \
+                 (pg_ctl stop -m fast): the last id is then recorded, and at the next start the \
+                 new settings issue ids above it. For a new layout in new columns, create a \
+                 named generator instead (cosid_create_generator)."
             ),
             _ => format!(
                 "Set {SETTINGS} back to what the history records and restart. For a new layout \

@@ -85,15 +85,23 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     }
     // A definition its history refuses claims no machine id: it would hold one of the
     // namespace's for nothing. The named generators are still managed here.
-    let history_refused = slot.lease.problem() == LeaseProblem::History;
+    let history_refused = matches!(
+        slot.lease.problem(),
+        LeaseProblem::History | LeaseProblem::HistoryFile
+    );
     if history_refused {
         warning!(
             "cosid: the default generator generates no id: {}",
             slot.lease.last_error.load()
         );
-    } else {
-        session.start(settings::lease_timing());
     }
+    // The session's timings are the named generators' too, whether or not it claims.
+    session.start(settings::lease_timing());
+    // A changed definition whose ids must wait to be above the old one's claims its machine id
+    // only when it can use it: a machine id held (and released) with a floor far ahead would
+    // keep the namespace's other servers from it until then.
+    let mut session_started = false;
+    let mut said_waiting = false;
     let source = Source::Leased {
         store,
         database: settings.database.clone(),
@@ -114,19 +122,35 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         if shutdown_requested() {
             break;
         }
+        if !session_started && !history_refused {
+            let broken_threshold_ms = shmem::backwards_policy().broken_threshold_ms as i64;
+            match crate::history::floor_ahead_ms(slot) {
+                Some(first_ms) if first_ms - unix_ms_now() > broken_threshold_ms => {
+                    if !std::mem::replace(&mut said_waiting, true) {
+                        let text = format!(
+                            "the default generator's namespace or layout changed: its ids are above those of the previous definition from {}, and its machine id is claimed shortly before",
+                            cosid_core::layout::format_unix_ms(first_ms)
+                        );
+                        log!("cosid: {text}");
+                        slot.lease.last_error.store(&text);
+                    }
+                }
+                _ => session_started = true,
+            }
+        }
         // The default generator first, and again between the named ones: its renewal must not
         // wait behind all their calls.
         let mut default_step = || {
-            if !history_refused && boottime_ms() >= session.next_wake_ms() {
+            if session_started && boottime_ms() >= session.next_wake_ms() {
                 session.step();
             }
         };
         default_step();
         named.step(&mut default_step);
-        let default_wake_ms = if history_refused {
-            u64::MAX
-        } else {
+        let default_wake_ms = if session_started {
             session.next_wake_ms()
+        } else {
+            u64::MAX
         };
         let wait = default_wake_ms
             .min(named.next_wake_ms())
@@ -138,7 +162,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     }
     // Stop and release on SIGTERM; when the postmaster died there is nothing to release to.
     if shutdown_requested() {
-        if !history_refused {
+        if session_started {
             session.shutdown();
         }
         named.shutdown();

@@ -41,7 +41,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     };
     if matches!(
         slot.lease.problem(),
-        LeaseProblem::StateFile | LeaseProblem::History
+        LeaseProblem::StateFile | LeaseProblem::History | LeaseProblem::HistoryFile
     ) {
         // The floor in the file is unknown, or the history refused the definition, and the
         // generator was left closed: overwriting the file would lose the floor for good.

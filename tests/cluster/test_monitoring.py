@@ -86,7 +86,7 @@ class Monitoring(ClusterTest):
         self.assertEqual(cluster.query(
             "SELECT has_schema_privilege('watcher', 'cosid', 'CREATE'), "
             "has_function_privilege('watcher', 'cosid_create_generator(text, text, text, "
-            "integer, integer, integer, timestamptz, text)', 'EXECUTE')"), "f|f")
+            "integer, integer, integer, timestamptz, text, integer)', 'EXECUTE')"), "f|f")
         for sql in ("SELECT * FROM cosid.machine_lease", "SELECT * FROM cosid.lease_namespace",
                     "SELECT * FROM cosid.generator",
                     "SELECT cosid.lease_claim('cosid', 10, 'w', false, 4000, 'tw', 0, '')",

@@ -92,6 +92,8 @@ pub enum LeaseProblem {
     StoreSettling = 11,
     /// The default generator's history forbids its definition (`history.rs`).
     History = 12,
+    /// The default generator's history file cannot be read or written.
+    HistoryFile = 13,
 }
 
 impl LeaseProblem {
@@ -121,6 +123,9 @@ impl LeaseProblem {
             LeaseProblem::History => {
                 "the default generator's namespace or layout changed, and its ids could repeat"
             }
+            LeaseProblem::HistoryFile => {
+                "the history file cannot be used (its error is shown to superusers only)"
+            }
         }
     }
 
@@ -138,6 +143,7 @@ impl LeaseProblem {
             10 => LeaseProblem::StateFile,
             11 => LeaseProblem::StoreSettling,
             12 => LeaseProblem::History,
+            13 => LeaseProblem::HistoryFile,
             _ => LeaseProblem::None,
         }
     }
