@@ -25,7 +25,9 @@ QUERIES = MONITORING / "postgres_exporter.yml"
 RULES = MONITORING / "cosid.rules.yml"
 RULE_TESTS = MONITORING / "cosid.rules.test.yml"
 EXPORTER = "prometheus-postgres-exporter"
+# In the order of cosid_generator_state_code (0 to 5).
 STATES = ["UP", "DOWN", "CLAIMING", "LOST", "CLOCK_BEHIND", "STOPPED"]
+STATES_BY_CODE = dict(enumerate(STATES))
 # A sample line of the exposition format: name, labels, value.
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -151,10 +153,18 @@ class Exporter:
 
 
 def state_of(scrape, generator):
+    """The generator's state code, when cosid_generator_state_code and
+    cosid_generator_state_active agree. The exporter runs the two queries one after the other, so
+    a scrape taken while the state changes can hold the old state in one and the new in the
+    other."""
     try:
-        return scrape.generator(generator)["state_code"]
+        values = scrape.generator(generator)
     except (AssertionError, KeyError):
         return None
+    code = values["state_code"]
+    if code != code or values["states_active"] != [STATES_BY_CODE.get(int(code))]:
+        return None
+    return code
 
 
 class ExporterScrapesCosid(ClusterTest):
