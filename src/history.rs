@@ -114,6 +114,19 @@ pub fn read() -> Result<Option<HistoryRecord>, String> {
                 local_state::path(HISTORY_FILE)
             )
         }),
+        // pg_upgrade copies no file of ours: in the data directory it made, a missing history
+        // is the old server's, not a first start, until the mark is deleted.
+        Err(why)
+            if why.kind() == std::io::ErrorKind::NotFound
+                && local_state::missing_after_upgrade(HISTORY_FILE) =>
+        {
+            Err(format!(
+                "the history file \"{}\" is missing, and \"{}\" says that pg_upgrade made this \
+                 data directory: the history is in the old one's",
+                local_state::path(HISTORY_FILE),
+                local_state::UPGRADE_MARKER
+            ))
+        }
         Err(why) if why.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(why) => Err(format!(
             "the history file \"{}\" could not be read: {why}",

@@ -225,10 +225,18 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                     "{}. The file records the namespace and layout of the ids cosid_next() issued, so that a change of them never repeats one; without it no id is issued.",
                     detail.trim_end_matches('.')
                 ))
-                .hint(format!(
-                    "Make the file {} in the data directory readable and writable by the server (free disk space, permissions), or restore it from a backup, and restart the server.",
-                    crate::history::HISTORY_FILE
-                )),
+                .hint(if crate::local_state::missing_after_upgrade(crate::history::HISTORY_FILE) {
+                    format!(
+                        "Copy {file} from the data directory pg_upgrade upgraded from into this one, with the state files, and restart the server; then delete {marker}. If the old directory has no {file} (cosid before 0.5.0) or is lost, delete {marker} once the state files are in place, and restart the server.",
+                        file = crate::history::HISTORY_FILE,
+                        marker = crate::local_state::UPGRADE_MARKER
+                    )
+                } else {
+                    format!(
+                        "Make the file {} in the data directory readable and writable by the server (free disk space, permissions), or restore it from a backup, and restart the server.",
+                        crate::history::HISTORY_FILE
+                    )
+                }),
         );
     }
     if slot.lease.problem() == LeaseProblem::History {

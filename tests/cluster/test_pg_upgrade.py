@@ -23,6 +23,8 @@ AHEAD_S = 5.0
 FIXED = {"cosid.distributor": "manual", "cosid.machine_id": 5}
 IDS_PER_GENERATOR = 3000
 STATE_FILES = ("cosid.state", "cosid.state." + b"orders".hex())
+# The default generator's history, which pg_upgrade does not copy either.
+HISTORY_FILE = "cosid.history"
 
 
 def pg_config(version, what):
@@ -77,7 +79,7 @@ class PgUpgrade(ClusterTest):
                       "unnest(attoptions) o WHERE o NOT LIKE 'pg_attver=%') "
                       "WHERE attrelid >= 16384 AND attoptions::text LIKE '%pg_attver=%'")
         old.stop()
-        for file in STATE_FILES:
+        for file in (*STATE_FILES, HISTORY_FILE):
             self.assertTrue((old.data / file).exists(), file)
         return old, issued
 
@@ -105,14 +107,15 @@ class PgUpgrade(ClusterTest):
         self.assertTrue((new.data / "cosid.upgraded").exists())
         self.assertFalse((old.data / "cosid.upgraded").exists())
         self.assertEqual((new.data / "cosid.state.before-pg_upgrade").exists(), started_before)
+        self.assertEqual((new.data / "cosid.history.before-pg_upgrade").exists(), started_before)
         if not preload_while_upgrading:
             new.preload = True
             new.write_settings()
         return new
 
     def assert_refused_until_the_files_are_copied(self, old, new, issued):
-        # pg_upgrade copied no state file.
-        for file in STATE_FILES:
+        # pg_upgrade copied no state file, and no history.
+        for file in (*STATE_FILES, HISTORY_FILE):
             self.assertFalse((new.data / file).exists(), file)
         new.start()
         for generator, sql in (("default", "SELECT cosid_next()"),
@@ -125,17 +128,37 @@ class PgUpgrade(ClusterTest):
                     new.query(sql)
                 said = refused.exception.stderr
                 self.assertEqual(refused.exception.sqlstate, "55000", said)
-                self.assertIn("cosid cannot use its state file", said)
                 self.assertIn('"cosid.upgraded" says that pg_upgrade made this data directory',
                               said)
-                self.assertIn("Copy cosid.state and cosid.state.* from the data directory", said)
+                if generator == "default":
+                    # The history is read first: without it, no id of the default generator
+                    # (a missing history is not taken for a first start).
+                    self.assertIn("cosid cannot use the default generator's history file", said)
+                    self.assertIn("Copy cosid.history from the data directory", said)
+                else:
+                    self.assertIn("cosid cannot use its state file", said)
+                    self.assertIn("Copy cosid.state and cosid.state.* from the data directory",
+                                  said)
                 continue
             self.fail(f"{generator} generated {got} after pg_upgrade without its state file, "
                       f"{'above' if int(got[0][0]) > max(issued[generator]) else 'below'} "
                       "the ids issued before")
         new.stop()
-        # The documented step: copy the files, delete the mark.
+        # The state files copied, the history forgotten: while the mark is there, a missing
+        # history is the old server's, not a first start, and the default generator refuses.
         for file in STATE_FILES:
+            shutil.copy2(old.data / file, new.data / file)
+        chown_to_postgres(new.data)
+        new.start()
+        with self.assertRaises(SqlError) as refused:
+            new.query("SELECT cosid_next()")
+        said = refused.exception.stderr
+        self.assertEqual(refused.exception.sqlstate, "55000", said)
+        self.assertIn("cosid cannot use the default generator's history file", said)
+        self.assertIn("Copy cosid.history from the data directory", said)
+        new.stop()
+        # The documented step: copy the files, delete the mark.
+        for file in (*STATE_FILES, HISTORY_FILE):
             shutil.copy2(old.data / file, new.data / file)
         (new.data / "cosid.upgraded").unlink()
         chown_to_postgres(new.data)
