@@ -152,6 +152,10 @@ pub struct GeneratorState {
     /// Every opening's floor is at least this tick: what the definition's history requires
     /// (`history.rs`), set before the generator is first opened.
     history_floor_ticks: AtomicU64,
+    /// The latest tick of every id issued under earlier openings: a re-opening (another
+    /// machine id, a lower floor) replaces the word, and what the generator issued must not be
+    /// forgotten with it (`last_timestamp_ms`).
+    earlier_openings_ticks: AtomicU64,
     ids_issued: AtomicU64,
     next_tick_waits: AtomicU64,
     clock_backwards_waits: AtomicU64,
@@ -192,6 +196,7 @@ impl GeneratorState {
             tick_bound: AtomicU64::new(u64::MAX),
             deadline_ms: AtomicU64::new(u64::MAX),
             history_floor_ticks: AtomicU64::new(0),
+            earlier_openings_ticks: AtomicU64::new(0),
             ids_issued: AtomicU64::new(0),
             next_tick_waits: AtomicU64::new(0),
             clock_backwards_waits: AtomicU64::new(0),
@@ -226,7 +231,11 @@ impl GeneratorState {
             machine_id,
             sequence: layout.max_sequence(),
         })?;
-        self.word.store(floor as u64, Ordering::Release);
+        let earlier = self.word.swap(floor as u64, Ordering::AcqRel) & !CLOSED_BIT;
+        if let Some(parts) = layout.decompose(earlier as i64) {
+            self.earlier_openings_ticks
+                .fetch_max(parts.ticks, Ordering::AcqRel);
+        }
         Ok(())
     }
 
@@ -244,11 +253,13 @@ impl GeneratorState {
         (self.word.load(Ordering::Acquire) & !CLOSED_BIT) as i64
     }
 
-    /// The timestamp of the last id issued (or of the floor), in Unix milliseconds.
+    /// The latest timestamp of an id issued (or of a floor), in Unix milliseconds, over this
+    /// opening and every earlier one.
     pub fn last_timestamp_ms(&self, layout: &Layout) -> i64 {
         let ticks = layout
             .decompose(self.last_word())
-            .map_or(0, |parts| parts.ticks);
+            .map_or(0, |parts| parts.ticks)
+            .max(self.earlier_openings_ticks.load(Ordering::Acquire));
         layout.ticks_to_unix_ms(ticks)
     }
 
@@ -720,6 +731,26 @@ mod tests {
             .open(layout, 3, layout.unix_ms_to_ticks(T0 + 9).unwrap())
             .unwrap();
         assert_eq!(state.last_timestamp_ms(layout), T0 + 9);
+    }
+
+    #[test]
+    fn a_reopening_below_the_last_id_keeps_its_timestamp() {
+        let config = config(12, 2047);
+        let layout = &config.layout;
+        let state = opened(&config, 3, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 40]);
+        state.next_id(&config, &mut clock).unwrap();
+        // Another machine id whose floor is below the last id (the clock was stepped back).
+        state.close();
+        state
+            .open(layout, 4, layout.unix_ms_to_ticks(T0 + 10).unwrap())
+            .unwrap();
+        assert_eq!(parts(&config, state.last_word()), (T0 + 10, 4, 4095));
+        assert_eq!(state.last_timestamp_ms(layout), T0 + 40);
+        // Ids of the new opening past the old ones count again.
+        let mut clock = ScriptedClock::new(&[T0 + 50]);
+        state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(state.last_timestamp_ms(layout), T0 + 50);
     }
 
     #[test]
