@@ -1,9 +1,9 @@
 """monitoring/ with the tools people run: Debian's prometheus-postgres-exporter, given
 monitoring/postgres_exporter.yml and a role that is only a member of pg_monitor, scrapes real
 cosid servers in each state (UP; CLAIMING with no machine id left; DOWN with the lease store out
-of reach, then past its deadline; a fixed machine id; STOPPED with none set; a role or a
-database it cannot read cosid in), and promtool checks monitoring/cosid.rules.yml and runs its
-unit tests. Without the tools the tests are skipped, except in CI (the CI variable set), where
+of reach, then past its deadline; CLOCK_BEHIND; a fixed machine id; STOPPED with none set; a
+role or a database it cannot read cosid in), promtool runs monitoring/cosid.rules.yml on each of
+those real scrapes (which alerts fire), and checks the rules and runs their unit tests. Without the tools the tests are skipped, except in CI (the CI variable set), where
 they fail: scripts/setup.sh installs them."""
 
 import math
@@ -11,13 +11,14 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import unittest
 import urllib.error
 import urllib.request
 
 from helpers.fleet import fleet_server, start_store
 from helpers.generators import layout_text
-from helpers.leases import DEADLINE_S, FAST_LEASES, SAFE_GUARD_S, try_next
+from helpers.leases import DEADLINE_S, FAST_LEASES, SAFE_GUARD_S, lease_cluster, try_next
 from helpers.pgcluster import ROOT, Cluster, ClusterTest, free_port, wait_for
 
 MONITORING = ROOT / "monitoring"
@@ -92,6 +93,40 @@ class Scrape:
         assert sorted(active) == sorted(STATES), active
         values["states_active"] = sorted(state for state, value in active.items() if value == 1)
         return values
+
+
+# An alert promtool found firing where the test expected none: its labels line.
+FIRED = re.compile(r'^\s*Labels:\{alertname="(\w+)"', re.MULTILINE)
+
+
+def alerts_firing(scrape, generator):
+    """The alerts of monitoring/cosid.rules.yml that fire on what `scrape` says of `generator`
+    (with pg_up), the values held for ten minutes: promtool evaluates the rules on the real
+    scrape's series, expecting no alert, and lists those that fire."""
+    series = []
+    for (name, labels), value in sorted(scrape.samples.items()):
+        ours = name.startswith("cosid_") and ("generator", generator) in labels
+        if not (ours or name == "pg_up") or math.isnan(value):
+            continue
+        text = ",".join(f'{key}="{label}"' for key, label in
+                        sorted({**dict(labels), "job": "postgres", "instance": "exporter"}.items()))
+        series.append(f"      - series: '{name}{{{text}}}'\n        values: '{value!r}x40'\n")
+    rules = re.findall(r"^\s+- alert: (\w+)$", RULES.read_text(), re.MULTILINE)
+    checks = "".join(f"      - {{eval_time: 10m, alertname: {rule}, exp_alerts: []}}\n"
+                     for rule in rules)
+    with tempfile.TemporaryDirectory() as directory:
+        test_file = os.path.join(directory, "scrape.test.yml")
+        with open(test_file, "w") as out:
+            out.write(f"rule_files: ['{RULES}']\nevaluation_interval: 15s\ntests:\n"
+                      f"  - interval: 15s\n    input_series:\n{''.join(series)}"
+                      f"    alert_rule_test:\n{checks}")
+        tested = subprocess.run([tool("promtool"), "test", "rules", test_file],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    fired = set(FIRED.findall(tested.stdout))
+    # Silent (success) or failing only for alerts that fired: anything else is a broken test file.
+    assert (tested.returncode == 0) == (not fired) and (fired or "SUCCESS" in tested.stdout), \
+        tested.stdout
+    return fired
 
 
 class Exporter:
@@ -226,6 +261,9 @@ class ExporterScrapesCosid(ClusterTest):
              "machine_id": -1, "no_machine_id_left": 1, "ids_issued": 0})
         self.assertTrue(math.isnan(tiny["deadline_seconds"]), tiny)
         self.assertEqual(try_next(server, "SELECT cosid_next('tiny')"), (None, "53400"))
+        # The alerting rules on these series: none for UP, its own for no machine id left.
+        self.assertEqual(alerts_firing(scrape, "default"), set())
+        self.assertEqual(alerts_firing(scrape, "tiny"), {"CosidNoMachineIdLeft"})
         # Every cosid metric the alerting rules use is exported.
         used = set(re.findall(r"\bcosid_generator_[a-z_]+", RULES.read_text()))
         self.assertGreater(len(used), 5)
@@ -241,6 +279,8 @@ class ExporterScrapesCosid(ClusterTest):
                              (user, dbname))
             self.assertEqual({name for name in refused.names() if name.startswith("cosid")},
                              set(), (user, dbname))
+            self.assertEqual(alerts_firing(refused, "default"), {"CosidMetricsMissing"},
+                             (user, dbname))
 
         # DOWN: the lease store out of reach. Still generating, the deadline coming nearer.
         store.stop(mode="immediate")
@@ -254,14 +294,50 @@ class ExporterScrapesCosid(ClusterTest):
              "no_machine_id_left": 0})
         self.assertTrue(0 < down["deadline_seconds"] < DEADLINE_S, down)
         self.assertTrue(0 < down["last_renewal_age_seconds"], down)
+        self.assertEqual(alerts_firing(scrape, "default"), {"CosidLeaseRenewalFailing"})
         # Past the deadline: cosid_next() refuses, and the exporter says it does not generate.
         wait_for(lambda: try_next(server)[1] == "55P03", DEADLINE_S + 2, "the deadline")
-        past = exporter.scrape().generator("default")
+        scrape = exporter.scrape()
+        past = scrape.generator("default")
         print(f"\n  past the deadline: {past}", end=" ")
         self.assertEqual((past["up"], past["generating"], past["states_active"],
                           past["machine_id"]), (0, 0, ["DOWN"], machine_id), past)
         self.assertLess(past["deadline_seconds"], 0, past)
         self.assertTrue(past["last_renewal_age_seconds"] > DEADLINE_S, past)
+        self.assertEqual(alerts_firing(scrape, "default"),
+                         {"CosidLeaseRenewalFailing", "CosidLeaseDeadlineNear",
+                          "CosidGeneratorNotGenerating"})
+
+    def test_clock_behind_the_watermark(self):
+        tool(EXPORTER)
+        # One machine id, whose watermark a last holder with a clock 8 s ahead left.
+        server = self.track(lease_cluster("montools-behind", 25729, **{
+            "cosid.timestamp_bits": 41, "cosid.machine_bits": 0, "cosid.sequence_bits": 12,
+            "cosid.clock_backwards_broken_threshold": 2000}))
+        server.query("CREATE EXTENSION cosid; CREATE ROLE cosid_exporter LOGIN IN ROLE pg_monitor")
+        exporter = Exporter(self, server, "cosid_exporter", preferred_port=25726)
+        exporter.scrape_until(lambda s: state_of(s, "default") == 0, 20, "default UP")
+        # The worker stops on its own: it releases, and is started again a second later.
+        server.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE backend_type = 'cosid lease worker'")
+        wait_for(lambda: server.query(
+            "UPDATE cosid.machine_lease SET released_ms = "
+            "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 8000, "
+            "watermark_ms = greatest(watermark_ms, "
+            "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 8000) "
+            "WHERE machine_id = 0 AND state = 'released' RETURNING released_ms"),
+            5, "the release")
+        scrape = exporter.scrape_until(lambda s: state_of(s, "default") == 4, 10, "CLOCK_BEHIND")
+        behind = scrape.generator("default")
+        print(f"\n  CLOCK_BEHIND: {behind}", end=" ")
+        self.assertEqual(
+            {key: behind[key] for key in ("up", "generating", "states_active", "machine_id",
+                                          "no_machine_id_left")},
+            {"up": 0, "generating": 0, "states_active": ["CLOCK_BEHIND"], "machine_id": -1,
+             "no_machine_id_left": 0})
+        self.assertEqual(try_next(server)[1], "55P03")
+        # Its own alert, not the general one.
+        self.assertEqual(alerts_firing(scrape, "default"), {"CosidClockBehindWatermark"})
 
     def test_a_fixed_machine_id_and_none_set(self):
         tool(EXPORTER)
@@ -293,6 +369,7 @@ class ExporterScrapesCosid(ClusterTest):
         for key in ("deadline_seconds", "last_renewal_age_seconds", "safe_guard_seconds",
                     "guarder_delay_seconds"):
             self.assertTrue(math.isnan(manual[key]), (key, manual))
+        self.assertEqual(alerts_firing(scrape, "default"), set())
 
         # STOPPED: cosid.distributor manual and no cosid.machine_id, a configuration to fix (not
         # a namespace whose machine ids are all held).
@@ -311,6 +388,7 @@ class ExporterScrapesCosid(ClusterTest):
             {"up": 0, "generating": 0, "state_code": 5, "states_active": ["STOPPED"],
              "machine_id": -1, "no_machine_id_left": 0, "ids_issued": 0})
         self.assertTrue(math.isnan(stopped["deadline_seconds"]), stopped)
+        self.assertEqual(alerts_firing(scrape, "default"), {"CosidGeneratorNotGenerating"})
 
 
 class AlertingRules(unittest.TestCase):
