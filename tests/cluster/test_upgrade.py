@@ -267,8 +267,10 @@ class Upgrade(ClusterTest):
                              f"{installed} is not the one made from sql/ (make install)")
         # An update script cannot include a file: each carries its store's update whole.
         for update in STORE_UPDATES:
-            extension = made_sql(update.name.replace("lease_store--", "cosid--")).read_text()
-            self.assertIn(f"\n{update.read_text()}-- </lease store>\n", extension, update.name)
+            name = update.name.replace("lease_store--", "cosid--")
+            self.assertTrue(f"\n{update.read_text()}-- </lease store>\n"
+                            in made_sql(name).read_text(),
+                            f"the made {name} does not carry {update.name} whole")
 
     def test_the_released_update_scripts_are_made_as_released(self):
         # A database updated by a released script has its catalog: what make-sql.py makes of
