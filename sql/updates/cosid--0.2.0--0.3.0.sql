@@ -125,33 +125,10 @@ DROP VIEW cosid.status;
 DROP FUNCTION cosid.generator_status();
 CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 	"name" TEXT,  /* String */
-	"namespace" TEXT,  /* String */
-	"distributor" TEXT,  /* String */
-	"instance_id" TEXT,  /* Option < String > */
-	"state" TEXT,  /* String */
-	"machine_id" INT,  /* Option < i32 > */
-	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"last_renewed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"last_error" TEXT,  /* Option < String > */
-	"watermark" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
-	"time_unit" TEXT,  /* String */
-	"timestamp_bits" INT,  /* i32 */
-	"machine_bits" INT,  /* i32 */
-	"sequence_bits" INT,  /* i32 */
-	"sequence_reset_threshold" bigint,  /* i64 */
-	"last_timestamp" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"ids_issued" bigint,  /* i64 */
-	"next_tick_waits" bigint,  /* i64 */
-	"clock_backwards_waits" bigint,  /* i64 */
-	"clock_backwards_errors" bigint,  /* i64 */
-	"safe_guard_duration" interval,  /* Option < Interval > */
-	"guarder_delay" interval,  /* Option < Interval > */
-	"clock_backwards_spin_threshold" interval,  /* Interval */
-	"clock_backwards_broken_threshold" interval  /* Interval */
-)
-STRICT VOLATILE PARALLEL SAFE 
-LANGUAGE c /* Rust */
+--@-- The columns after name are 0.2.0's.
+--@include updates/cosid--0.1.0--0.2.0.sql
+--@from 	"namespace" TEXT,  /* String */
+--@until AS 'MODULE_PATHNAME', 'generator_status_v2_wrapper';
 AS 'MODULE_PATHNAME', 'generator_status_v3_wrapper';
 
 CREATE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
