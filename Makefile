@@ -11,9 +11,9 @@ endif
 COSID_PORT ?= 5499
 export PG_CONFIG COSID_PORT
 
-# The install scripts of released versions, kept so that CREATE EXTENSION cosid VERSION '0.1.0'
-# and its update path work (cargo pgrx install copies only the update scripts).
-OLD_INSTALL_SCRIPTS = $(foreach f,$(wildcard sql/cosid--*.sql),$(if $(findstring --,$(f:sql/cosid--%=%)),,$(f)))
+# The update scripts of the extension and of the lease store, made from sql/updates/ and the
+# pieces they share into target/sql (scripts/make-sql.py), with the store's install script.
+MADE_SQL := target/sql
 
 # The tiers of the integration suite, each a folder of tests/ whose test_*.py files
 # tests/suite.py finds: pg_regress golden files, cluster tests, fault and load tests. (The
@@ -29,19 +29,24 @@ timed = start=$$(date +%s); $(2) || exit $$?; echo "$$(( $$(date +%s) - start ))
 # The upgrade tests need 0.1.0's library on PostgreSQL 15.
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 
-.PHONY: setup install run stop test quick unit-test old-versions lint integration-test test-faults \
-	fault-run plot bench package
+.PHONY: setup install sql run stop test quick unit-test old-versions lint integration-test \
+	test-faults fault-run plot bench package
 
 setup:
 	scripts/setup.sh
 
 # Builds the extension and installs it into that PostgreSQL (sudo for the copy when its folders
 # are not writable).
-install: setup
+install: setup sql
 	cargo pgrx install --release --pg-config $(PG_CONFIG) \
 		$(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo writable),,--sudo)
 	$(if $(shell test -w "$$($(PG_CONFIG) --sharedir)/extension" && echo writable),,sudo) \
-		install -m 644 $(OLD_INSTALL_SCRIPTS) "$$($(PG_CONFIG) --sharedir)/extension/"
+		install -m 644 $(MADE_SQL)/cosid--*--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
+
+# The update scripts, made from their sources (fast, and checked each time: a released one must
+# come out as it was released).
+sql:
+	scripts/make-sql.py $(MADE_SQL)
 
 # A local cluster with cosid preloaded, a demo, and the psql line to connect.
 run: install

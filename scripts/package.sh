@@ -11,9 +11,10 @@
 #   own extension packages (postgresql-15-cron, postgresql-15-hypopg), depending on
 #   postgresql-<major>.
 # The extension directory gets cosid.control, the install script cargo-pgrx generates and every
-# sql/cosid--*.sql (older install scripts and update scripts). sql/lease_store*.sql, the lease
-# store's SQL for `psql -f`, goes to share/contrib/cosid/, where PostgreSQL's build system puts
-# SQL scripts that are not an extension's. The library is stripped as Debian strips its own.
+# update script scripts/make-sql.py makes (cosid--A--B.sql). The lease store's SQL for `psql -f`
+# (lease_store.sql and its update scripts, also made there) goes to share/contrib/cosid/, where
+# PostgreSQL's build system puts SQL scripts that are not an extension's. The library is
+# stripped as Debian strips its own.
 # Needs cargo-pgrx (make setup) and dpkg-dev; the Maintainer field of the .deb is
 # $DEB_MAINTAINER when set.
 set -euo pipefail
@@ -88,17 +89,18 @@ stage() {
     for file in "$pkgout$share/extension/"cosid*; do
         put "$file" "$dest/share/extension/$(basename "$file")"
     done
-    for file in "$ROOT"/sql/cosid--*.sql; do
-        [ -e "$file" ] || continue
+    local made="$WORK/sql-$3"
+    rm -rf "$made"
+    "$ROOT/scripts/make-sql.py" "$made" >/dev/null
+    for file in "$made"/cosid--*--*.sql; do
         name=$(basename "$file")
         if [ -e "$dest/share/extension/$name" ] && ! cmp -s "$file" "$dest/share/extension/$name"; then
-            echo "package: sql/$name differs from the $name cargo-pgrx generated" >&2
+            echo "package: the made $name differs from the $name cargo-pgrx copied" >&2
             exit 1
         fi
         put "$file" "$dest/share/extension/$name"
     done
-    for file in "$ROOT"/sql/lease_store*.sql; do
-        [ -e "$file" ] || continue
+    for file in "$made"/lease_store*.sql; do
         put "$file" "$dest/share/contrib/cosid/$(basename "$file")"
     done
     [ -e "$dest/share/extension/cosid--$VERSION.sql" ] \

@@ -15,6 +15,7 @@ extension, against a real server:
 import json
 import unittest
 
+from helpers.old_versions import install_old_scripts
 from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for_answer
 
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "cosid-layouts.json").read_text())["layouts"]
@@ -75,6 +76,8 @@ class Decode(unittest.TestCase):
         self.cluster.query(f"DROP DATABASE IF EXISTS {name}")
         self.cluster.query(f"CREATE DATABASE {name}")
         self.cluster.query(f"ALTER DATABASE {name} SET timezone = 'UTC'")
+        if version:
+            install_old_scripts()
         self.cluster.query("CREATE EXTENSION cosid" + (f" VERSION '{version}'" if version else ""),
                            name)
         return name

@@ -16,13 +16,14 @@ from pathlib import Path
 from cluster.test_upgrade import catalog
 from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, LEASE_SQL, fleet_server
 from helpers.leases import FAST_LEASES, try_next, wait_up
-from helpers.pgcluster import (PG_BIN, ROOT, Cluster, ClusterTest, SqlError, chown_to_postgres,
+from helpers.made_sql import made_sql
+from helpers.old_versions import old_sql
+from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, chown_to_postgres,
                                free_port, query_as)
 
 ADMIN = "store_admin"
 DEBIAN_15 = Path("/usr/lib/postgresql/15/bin")
-STORE_040 = ROOT / "sql" / "lease_store--0.4.0.sql"
-UPDATE = ROOT / "sql" / "lease_store--0.4.0--0.5.0.sql"
+UPDATE = made_sql("lease_store--0.4.0--0.5.0.sql")
 
 
 def major_of(bin_dir):
@@ -50,7 +51,7 @@ def store_040_by_hand(major):
     """0.4.0's install script as such a role had to run it: 0.4.0 gives its objects to
     cosid_lease_owner without first making the role able to, so an administrator granted
     itself the role (and the role CREATE on the schema) around those statements by hand."""
-    text = STORE_040.read_text()
+    text = old_sql("lease_store--0.4.0.sql").read_text()
     cut = text.index("ALTER TABLE cosid.machine_lease OWNER TO cosid_lease_owner;")
     grant = f"GRANT cosid_lease_owner TO {ADMIN}" + (
         " WITH INHERIT TRUE, SET TRUE" if major >= 16 else "")

@@ -7,6 +7,7 @@ import time
 import unittest
 
 from helpers.leases import FAST_LEASES, fake_claim, lease_cluster, status, wait_up
+from helpers.old_versions import install_old_scripts
 from helpers.pgcluster import (Cluster, ClusterTest, SqlError, free_port, query_as,
                                server_says, wait_for)
 
@@ -180,6 +181,7 @@ class Monitoring(ClusterTest):
         self.assertEqual(row["null"], "t", row)
 
     def test_status_of_0_3_0_is_served_until_the_update(self):
+        install_old_scripts()
         cluster = self.track(lease_cluster("monitor-update", 25714))
         cluster.query("CREATE EXTENSION cosid VERSION '0.3.0'")
         # This library claims only through the lease protocol of its own version (0.5.0: the

@@ -23,6 +23,7 @@ import time
 import unittest
 from pathlib import Path
 
+from helpers.made_sql import MADE_SQL, made_sql
 from helpers.pgcluster import PG_CONFIG, ROOT, Cluster, SqlError, exclusive, free_port, wait_for
 
 
@@ -188,8 +189,11 @@ class Packages(unittest.TestCase):
         cluster.stop()
 
     def assert_installed(self, paths):
-        # Every install and update script of sql/ too.
-        scripts = [EXTENSION_DIR / path.name for path in (ROOT / "sql").glob("cosid--*.sql")]
+        # Every update script made from sql/ too (scripts/make-sql.py), and the store's SQL.
+        made_sql("lease_store.sql")
+        scripts = ([EXTENSION_DIR / path.name for path in MADE_SQL.glob("cosid--*.sql")]
+                   + [CONTRIB_DIR / path.name for path in MADE_SQL.glob("lease_store*.sql")])
+        self.assertGreater(len(scripts), 2, "no update scripts were made")
         for path in REQUIRED + scripts:
             self.assertIn(path, paths, f"{path} is not installed")
             self.assertTrue(path.is_file(), f"{path} is missing")

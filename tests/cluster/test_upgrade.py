@@ -25,18 +25,20 @@ import unittest
 from helpers.clients import LoopingClients, run_session
 from helpers.fleet import FLEET_ROLE, LEASE_SQL, fleet_server, start_store
 from helpers.leases import FAST_LEASES, machine_of, status, ts_ms_of, wait_up
-from helpers.old_versions import PREVIOUS, PREVIOUS_COMMIT, previous_library
+from helpers.made_sql import MADE_SQL, made_sql
+from helpers.old_versions import (EXTENSION_DIR, PREVIOUS, PREVIOUS_COMMIT, SQL_COMMITS,
+                                  install_old_scripts, old_sql, previous_library)
 from helpers.pgcluster import (PG_CONFIG, ROOT, Cluster, ClusterTest, SqlError,
                                free_port, query_as, wait_for)
 
 CURRENT = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines()
                if line.startswith("version = "))
-SQL = ROOT / "sql"
-# The lease store's versions and update scripts, oldest first: a store is updated one version
-# at a time.
+# The lease store's versions and update scripts (made from sql/updates/), oldest first: a store
+# is updated one version at a time.
 STORE_VERSION = "0.5.0"
-STORE_UPDATES = [SQL / "lease_store--0.1.0--0.2.0.sql", SQL / "lease_store--0.2.0--0.3.0.sql",
-                 SQL / "lease_store--0.3.0--0.4.0.sql", SQL / "lease_store--0.4.0--0.5.0.sql"]
+STORE_UPDATES = [made_sql(f"lease_store--{a}--{b}.sql")
+                 for a, b in [("0.1.0", "0.2.0"), ("0.2.0", "0.3.0"), ("0.3.0", "0.4.0"),
+                              ("0.4.0", "0.5.0")]]
 PG_MAJOR = subprocess.check_output([PG_CONFIG, "--version"], text=True).split()[1].split(".")[0]
 
 # Everything cosid's SQL defines, one sorted line per fact, so that two databases compare
@@ -158,6 +160,7 @@ class Upgrade(ClusterTest):
         cluster.write_settings()
 
     def test_updated_schema_equals_a_fresh_install(self):
+        install_old_scripts()
         cluster = self.track(Cluster("upgrade-catalog", free_port(25600),
                                      {"cosid.distributor": "manual", "cosid.machine_id": 3}))
         cluster.init()
@@ -215,6 +218,7 @@ class Upgrade(ClusterTest):
         self.assertEqual(machine_of(cosid_next), 3)
 
     def test_what_users_built_on_cosid_status_survives_the_update_or_is_named(self):
+        install_old_scripts()
         cluster = self.track(Cluster("upgrade-status-users", free_port(25605),
                                      {"cosid.distributor": "manual", "cosid.machine_id": 3}))
         cluster.init()
@@ -250,15 +254,35 @@ class Upgrade(ClusterTest):
             query_as(cluster, "nobody", "SELECT * FROM cosid.generator_status()")
         self.assertEqual(refused.exception.sqlstate, "42501", refused.exception.stderr)
 
-    def test_the_update_script_carries_the_store_update_word_for_word(self):
+    def test_the_update_scripts_installed_are_made_from_sql_and_carry_the_store_update(self):
+        # make install puts the scripts scripts/make-sql.py makes from sql/updates/: the ones
+        # this PostgreSQL has are those, every step of the chain from 0.1.0 to this version.
+        versions = [*SQL_COMMITS, CURRENT]
+        chain = [f"cosid--{a}--{b}.sql" for a, b in zip(versions, versions[1:])]
+        self.assertEqual(sorted(path.name for path in MADE_SQL.glob("cosid--*--*.sql")), chain)
+        for name in chain:
+            installed = EXTENSION_DIR / name
+            self.assertTrue(installed.is_file(), f"{installed} is not installed (make install)")
+            self.assertEqual(installed.read_bytes(), made_sql(name).read_bytes(),
+                             f"{installed} is not the one made from sql/ (make install)")
+        # An update script cannot include a file: each carries its store's update whole.
         for update in STORE_UPDATES:
-            store = update.read_text()
-            extension = (SQL / update.name.replace("lease_store--", "cosid--")).read_text()
-            start = extension.index(store.split("\n", 1)[0])
-            end = extension.index("-- </lease store>")
-            self.assertEqual(extension[start:end], store, update.name)
+            name = update.name.replace("lease_store--", "cosid--")
+            self.assertTrue(f"\n{update.read_text()}-- </lease store>\n"
+                            in made_sql(name).read_text(),
+                            f"the made {name} does not carry {update.name} whole")
+
+    def test_the_released_update_scripts_are_made_as_released(self):
+        # A database updated by a released script has its catalog: what make-sql.py makes of
+        # the sources and the pieces they share must stay the script that was released.
+        versions = list(SQL_COMMITS)
+        for previous, version in zip(versions, versions[1:]):
+            for name in [f"cosid--{previous}--{version}.sql",
+                         f"lease_store--{previous}--{version}.sql"]:
+                self.assertEqual(made_sql(name).read_bytes(), old_sql(name).read_bytes(), name)
 
     def test_server_generating_on_the_previous_version_is_updated(self):
+        install_old_scripts()
         # One machine id only: the restarted server must take the same one back, after the
         # crashed lease expires, and wait for its watermark.
         # Commits survive the kill -9 (the rows inserted before it are counted at the end).
@@ -331,8 +355,9 @@ class Upgrade(ClusterTest):
               f"{len(after_ids)} on {CURRENT} above its watermark, 0 duplicates", end=" ")
 
     def test_shared_store_is_updated_under_live_leases(self):
+        install_old_scripts()
         store = self.track(start_store("upgrade-store", 25620,
-                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
+                                       lease_sql=old_sql(f"lease_store--{PREVIOUS}.sql")))
         self.assertEqual(store.query("SELECT to_regprocedure('cosid.lease_store_version()')"), "")
         servers = []
         for index in range(2):
@@ -390,7 +415,7 @@ class Upgrade(ClusterTest):
 
     def test_server_waits_for_an_outdated_store_then_leases_after_its_update(self):
         store = self.track(start_store("upgrade-outdated", 25690,
-                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
+                                       lease_sql=old_sql(f"lease_store--{PREVIOUS}.sql")))
         server = self.track(fleet_server("upgrade-outdated-server", 25695, store.port,
                                          extra=dict(FAST_LEASES)))
         server.start()
@@ -406,7 +431,7 @@ class Upgrade(ClusterTest):
 
     def test_store_update_keeps_every_floor_and_answers_0_1_0_as_0_1_0(self):
         store = self.track(start_store("upgrade-floors", 25660,
-                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
+                                       lease_sql=old_sql(f"lease_store--{PREVIOUS}.sql")))
         now_ms = int(store.query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"))
 
         def claim_0_1_0(instance, token, watermark_ms, bits=2):
@@ -421,7 +446,7 @@ class Upgrade(ClusterTest):
             f"SELECT cosid.lease_release('n', {released[1]}, 'b', 'tb', {now_ms - 1_000})"), "t")
         result = subprocess.run(
             store.psql_command("postgres", "-v", "ON_ERROR_STOP=1", "--single-transaction",
-                               "-f", str(SQL / "lease_store--0.1.0--0.2.0.sql")),
+                               "-f", str(STORE_UPDATES[0])),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.assertEqual(result.returncode, 0, result.stdout)
         rows = {int(m): (state, int(floor), released_ms) for m, state, floor, released_ms in store.rows(
@@ -454,6 +479,7 @@ class Upgrade(ClusterTest):
         """A database owner (CREATE on public) plants operators that the update scripts' checks
         would pick with the extension's search_path, each making its caller's role, if a
         superuser, grant superuser to the planter."""
+        install_old_scripts()
         cluster = self.track(Cluster("upgrade-operators", free_port(25670),
                                      {"cosid.distributor": "manual", "cosid.machine_id": 1}))
         cluster.init()
@@ -491,7 +517,8 @@ class Upgrade(ClusterTest):
         cluster.query("CREATE DATABASE victim_store OWNER mallory TEMPLATE victim")
         cluster.query("DROP EXTENSION cosid", "victim_store")
         subprocess.run(cluster.psql_command("victim_store", "-q", "-v", "ON_ERROR_STOP=1", "-f",
-                                            str(SQL / f"lease_store--{PREVIOUS}.sql")), check=True)
+                                            str(old_sql(f"lease_store--{PREVIOUS}.sql"))),
+                       check=True)
         cluster.query("GRANT USAGE ON SCHEMA cosid TO fleet; "
                       "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cosid TO fleet", "victim_store")
         update_store(cluster, "victim_store")
@@ -506,7 +533,7 @@ class Upgrade(ClusterTest):
         # server of another layout took a machine id, and its ids could equal those issued
         # before. From 0.3.0 a namespace keeps the layout of its rows, held or not.
         store = self.track(start_store("upgrade-layout", 25740,
-                                       lease_sql=SQL / "lease_store--0.2.0.sql"))
+                                       lease_sql=old_sql("lease_store--0.2.0.sql")))
         fresh = self.track(start_store("upgrade-layout-fresh", 25745))
         now_ms = int(store.query("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"))
         a = "epoch 1577203200000 ms, millisecond, 41/10/12 bits"
@@ -536,7 +563,7 @@ class Upgrade(ClusterTest):
     def test_store_of_0_3_0_updated_lets_pg_monitor_read_the_leases(self):
         # 0.4.0 changes no part of the protocol: members of pg_monitor read cosid.leases.
         store = self.track(start_store("upgrade-monitor", 25750,
-                                       lease_sql=SQL / "lease_store--0.3.0.sql"))
+                                       lease_sql=old_sql("lease_store--0.3.0.sql")))
         fresh = self.track(start_store("upgrade-monitor-fresh", 25755))
         store.query("CREATE ROLE watcher LOGIN IN ROLE pg_monitor")
         with self.assertRaises(SqlError) as refused:
@@ -555,7 +582,7 @@ class Upgrade(ClusterTest):
         # 0.5.0 records the store's identity: an update in place forgot nothing, so a server of
         # 0.4.0 holding a lease keeps renewing and a new claim is answered at once.
         store = self.track(start_store("upgrade-identity", 25760,
-                                       lease_sql=SQL / "lease_store--0.4.0.sql"))
+                                       lease_sql=old_sql("lease_store--0.4.0.sql")))
         fresh = self.track(start_store("upgrade-identity-fresh", 25765))
         now_ms = int(time.time() * 1000)
         claim = ("SELECT outcome FROM cosid.lease_claim('n', 2, '{0}', false, 4000, 't{0}', "
@@ -570,9 +597,10 @@ class Upgrade(ClusterTest):
             f"{now_ms})"), "1")
 
     def test_store_update_refuses_what_it_cannot_update_safely(self):
+        install_old_scripts()
         store = self.track(start_store("upgrade-refusals", 25680,
-                                       lease_sql=SQL / f"lease_store--{PREVIOUS}.sql"))
-        script = str(SQL / "lease_store--0.1.0--0.2.0.sql")
+                                       lease_sql=old_sql(f"lease_store--{PREVIOUS}.sql")))
+        script = str(STORE_UPDATES[0])
         before = catalog(store, "postgres")
         # Outside one transaction: refused before anything changes.
         result = subprocess.run(store.psql_command("postgres", "-f", script),

@@ -1,0 +1,96 @@
+-- cosid 0.4.0 to 0.5.0: ALTER EXTENSION cosid UPDATE, before or after the server was restarted
+-- with the library of 0.5.0 (see docs/upgrading.md): the library of 0.4.0 keeps working with
+-- it, and the library of 0.5.0 claims nothing until it ran.
+\echo Use "ALTER EXTENSION cosid UPDATE" to load this file. \quit
+
+-- <lease store>: the statements of lease_store--0.4.0--0.5.0.sql, word for word (an update
+-- script cannot include a file; a test compares the two).
+--@include updates/lease_store--0.4.0--0.5.0.sql
+-- </lease store>
+
+-- Every name a named generator ever had, with its namespace: calls under one name (a column's
+-- DEFAULT cosid_next('name')) must never get ids of two namespaces, whose layouts or machine
+-- ids can give the same ids, so a name keeps its namespace after its generator is dropped.
+CREATE TABLE cosid.generator_name (
+    name          text        PRIMARY KEY,
+    namespace     text        NOT NULL,
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    UNIQUE (name, namespace)
+);
+COMMENT ON TABLE cosid.generator_name IS 'The namespace of every name a named cosid generator had. Rows cannot be deleted: a name keeps its namespace, so that the ids called under it never repeat.';
+
+-- Refuses DELETE and TRUNCATE of the records a name and a namespace keep (DROP EXTENSION drops
+-- the tables, and the uninstall guard says what it would lose).
+CREATE FUNCTION cosid.generator_history_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'rows of %.% cannot be deleted', TG_TABLE_SCHEMA, TG_TABLE_NAME
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = 'A name keeps its namespace, and a namespace its layout, after its generator is dropped: ids of another namespace or layout could repeat the ids called under them.',
+              HINT = 'Drop a generator with cosid_drop_generator(); its name and namespace stay reserved.';
+END
+$$;
+CREATE TRIGGER generator_name_kept BEFORE DELETE ON cosid.generator_name
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_name_not_truncated BEFORE TRUNCATE ON cosid.generator_name
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_namespace_kept BEFORE DELETE ON cosid.generator_namespace
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER generator_namespace_not_truncated BEFORE TRUNCATE ON cosid.generator_namespace
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+COMMENT ON FUNCTION cosid.generator_history_guard() IS 'Trigger of cosid.generator_name and cosid.generator_namespace: refuses DELETE and TRUNCATE, since a name keeps its namespace and a namespace its layout.';
+REVOKE ALL ON FUNCTION cosid.generator_history_guard() FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
+-- The names defined now keep their namespaces. Of those dropped before 0.5.0 only the ones
+-- whose namespace had their name (a namespace defaults to the name) are known.
+INSERT INTO cosid.generator_name (name, namespace, first_used_at)
+    SELECT g.name, g.namespace, g.created_at FROM cosid.generator g;
+INSERT INTO cosid.generator_name (name, namespace, first_used_at)
+    SELECT n.namespace, n.namespace, n.first_used_at FROM cosid.generator_namespace n
+     WHERE n.namespace ~ '^[A-Za-z][A-Za-z0-9_]{0,62}$' AND n.namespace <> 'default'
+    ON CONFLICT (name) DO NOTHING;
+-- Every definition, however it got there (a restore, an older library), is under its name's
+-- recorded namespace.
+ALTER TABLE cosid.generator ADD CONSTRAINT generator_keeps_its_names_namespace
+    FOREIGN KEY (name, namespace) REFERENCES cosid.generator_name (name, namespace);
+
+-- The catalog comments of the store's new and changed functions (see src/sql/comments.rs).
+COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) IS 'Lease protocol: claims a machine id of a namespace for a holder, which then waits for the returned watermark; answers settling while the store settles after its identity changed. Called by the cosid background worker.';
+COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) IS 'Lease protocol: the claim as servers of cosid 0.2.0 to 0.4.0 call it, answering contended while the store settles.';
+COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) IS 'Lease protocol: renews a lease this holder holds and raises its watermark; no row means the lease is lost. While the store settles, a lease it shows expired only for a holder still generating.';
+COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: the renewal as servers of cosid 0.1.0 to 0.4.0 call it.';
+COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
+COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore), NULL when it need not; and its identity now.';
+COMMENT ON FUNCTION cosid.machine_lease_merge() IS 'Trigger of cosid.machine_lease: merges a restored row (pg_restore) into the row its machine id already has, keeping the higher watermark, instead of failing the COPY; refuses a row of another id layout than its namespace, or one that overlaps a claim held.';
+
+-- cosid_convert_column refuses the extension's own tables (sql/convert_column.sql).
+--@include convert_column.sql
+--@from CREATE FUNCTION cosid_convert_column(tab regclass, col name, generator text DEFAULT NULL)
+--@until COMMENT ON FUNCTION cosid_convert_column(regclass, name, text) IS
+--@replace CREATE FUNCTION cosid_convert_column(tab regclass, col name, generator text DEFAULT NULL)
+--@with CREATE OR REPLACE FUNCTION cosid_convert_column(tab regclass, col name, generator text DEFAULT NULL)
+-- Each named generator's sequence reset threshold, NULL for its layout's own (CosId's: half its
+-- maximum sequence); cosid_create_generator takes it as a new last argument.
+ALTER TABLE cosid.generator ADD COLUMN sequence_reset_threshold integer,
+    ADD CONSTRAINT generator_sequence_reset_threshold_check CHECK (sequence_reset_threshold
+        BETWEEN 0 AND (1::pg_catalog.int8 OPERATOR(pg_catalog.<<) sequence_bits) - 1);
+DROP FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text);
+CREATE  FUNCTION "cosid_create_generator"(
+	"name" text, /* Option < TextArg > */
+	"layout" text DEFAULT 'millisecond', /* Option < TextArg > */
+	"namespace" text DEFAULT NULL, /* Option < TextArg > */
+	"machine_bits" INT DEFAULT NULL, /* Option < i32 > */
+	"sequence_bits" INT DEFAULT NULL, /* Option < i32 > */
+	"timestamp_bits" INT DEFAULT NULL, /* Option < i32 > */
+	"epoch" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"time_unit" text DEFAULT NULL, /* Option < TextArg > */
+	"sequence_reset_threshold" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS void
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'cosid_create_generator_v5_wrapper';
+REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) FROM PUBLIC;
+COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) IS 'Defines a named cosid generator, in the database cosid.database; usable from every database of the server within about a second. Superusers only.';

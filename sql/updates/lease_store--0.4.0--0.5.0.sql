@@ -1,0 +1,145 @@
+-- Updates a cosid lease store from version 0.4.0 to 0.5.0, while it is in use. For a shared
+-- store of a fleet run it with
+--   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.4.0--0.5.0.sql
+-- ALTER EXTENSION cosid UPDATE runs the same statements for the store inside the extension.
+--
+-- What changes: the store records its identity (system identifier, timeline, database), and
+-- after it changes (a promoted standby, a point-in-time recovery, a restore elsewhere) hands out
+-- no machine id as released, new or expired until a whole safe guard has passed, since it may
+-- have forgotten claims, renewals and releases it acknowledged (cosid.store_settles_at()). The
+-- identity it has now is recorded as settled, and the rows as written in it: an update in
+-- place forgets nothing (a 0.4.0 store restored from a dump is not told apart: see
+-- docs/upgrading.md). A row that pg_restore brings for a machine id the store has a row of is
+-- merged into it (cosid.machine_lease_merge()) instead of failing the COPY. Servers of
+-- 0.5.0 claim and renew through the new forms (lease_claim with p_knows_settling, lease_renew
+-- with p_holder_live) and need this store; servers of 0.1.0 to 0.4.0 keep claiming, renewing
+-- and releasing through the old forms, which follow the same rule. Everything it creates is
+-- what lease_store.sql of 0.5.0 creates, in the same words.
+
+-- Checks before anything changes, with search_path pinned (see lease_store.sql); the path is
+-- restored for the statements after it.
+DO $update$
+DECLARE
+    v_path         text := pg_catalog.current_setting('search_path');
+    v_in_extension boolean;
+    v_found        text;
+    v_refused      text;
+    v_owner        text;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Everything the update creates belongs to the role that runs it, so only the owner of
+    -- schema cosid may: another role (a second superuser, say) would own part of it, and could
+    -- keep that part after losing its superuser.
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace n
+     WHERE n.nspname = 'cosid'
+       AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = current_user);
+    IF v_owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema cosid exists and belongs to another role'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Schema cosid belongs to role %s. Its owner could replace the lease table and the protocol''s functions, and what the update creates belongs to the role that runs it.', v_owner),
+                  HINT = pg_catalog.format('Update as role %1$s: SET ROLE %1$s; then run the update again.', pg_catalog.quote_ident(v_owner));
+    END IF;
+    -- Only the update script of the extension may call pg_extension_config_dump().
+    BEGIN
+        PERFORM pg_catalog.pg_extension_config_dump('cosid.machine_lease', '');
+        v_in_extension := true;
+    EXCEPTION WHEN OTHERS THEN
+        v_in_extension := false;
+    END;
+    -- The version is read, never run.
+    SELECT pg_catalog.substring(p.prosrc, '''([0-9.]+)''') INTO v_found
+      FROM pg_catalog.pg_proc p
+     WHERE p.oid = pg_catalog.to_regprocedure('cosid.lease_store_version()');
+    -- Only a store of version 0.4.0 is updated, in one transaction, and a store of the
+    -- extension only by ALTER EXTENSION. Anything else is left alone: this transaction and the
+    -- rest of the session are made read-only, so that the statements after this one fail too.
+    v_refused := CASE
+        WHEN pg_catalog.to_regclass('cosid.machine_lease') IS NULL
+             OR v_found IS DISTINCT FROM '0.4.0'
+            THEN 'this database has no cosid lease store of version 0.4.0'
+        WHEN NOT v_in_extension AND EXISTS (
+                SELECT FROM pg_catalog.pg_depend d
+                 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                   AND d.objid = pg_catalog.to_regclass('cosid.machine_lease')
+                   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                   AND d.deptype = 'e')
+            THEN 'this lease store belongs to the extension cosid: update it with ALTER EXTENSION cosid UPDATE'
+        WHEN NOT v_in_extension AND pg_catalog.now() = pg_catalog.statement_timestamp()
+            THEN 'this update must run in one transaction'
+    END;
+    IF v_refused IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+        PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        RAISE WARNING '%; nothing was changed', v_refused
+            USING DETAIL = 'This file updates a lease store of version 0.4.0 (see cosid.lease_store_version()) to 0.5.0. The rest of this session is read-only.',
+                  HINT = 'Run it with psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.4.0--0.5.0.sql.';
+        RETURN;
+    END IF;
+    -- Claims queue behind the update for a few seconds at most.
+    PERFORM pg_catalog.set_config('lock_timeout', '3s', true);
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END
+$update$;
+
+--@include lease_store.sql
+--@from -- A role that is not a superuser (a managed service's administrator, with CREATEROLE) may give
+--@until CREATE TABLE cosid.machine_lease (
+--@include lease_store.sql
+--@from -- The identity of the store the leases were last written in, and since when: a promoted
+--@until -- What the next holder of a lease must wait for: the exact last timestamp of a release, else the
+-- Where each row was last written: here, for the rows this store has now.
+ALTER TABLE cosid.machine_lease ADD COLUMN written_in text NOT NULL DEFAULT '';
+UPDATE cosid.machine_lease SET written_in = cosid.store_identity_now();
+-- This store, updated in place, forgot nothing.
+INSERT INTO cosid.store_identity (identity, seen_at, settles)
+    SELECT cosid.store_identity_now(), pg_catalog.clock_timestamp(), false;
+
+--@-- The functions of 0.4.0 are replaced, the new overloads created.
+--@include lease_store.sql
+--@from -- A restored row that meets the row of its machine id: pg_restore copying the rows into a
+--@until -- they still run: the same claim, answering 'contended' (try again) while the store settles.
+--@include lease_store.sql
+--@from -- they still run: the same claim, answering 'contended' (try again) while the store settles.
+--@until -- Renews a lease held by this instance and claim token, and raises its watermark. No row means
+--@replace CREATE FUNCTION cosid.lease_claim(
+--@with CREATE OR REPLACE FUNCTION cosid.lease_claim(
+--@include lease_store.sql
+--@from -- Renews a lease held by this instance and claim token, and raises its watermark. No row means
+--@until -- The renewal as servers of cosid 0.1.0 to 0.4.0 call it: while the store settles, only a lease
+--@include lease_store.sql
+--@from -- The renewal as servers of cosid 0.1.0 to 0.4.0 call it: while the store settles, only a lease
+--@until -- Every lease with its holder's state and the time it has left, by the store's clock; claim
+--@replace CREATE FUNCTION cosid.lease_renew(
+--@with CREATE OR REPLACE FUNCTION cosid.lease_renew(
+--@replace CREATE FUNCTION cosid.lease_release(
+--@with CREATE OR REPLACE FUNCTION cosid.lease_release(
+--@replace CREATE FUNCTION cosid.lease_retire(p_namespace text, p_machine_id integer DEFAULT NULL)
+--@with CREATE OR REPLACE FUNCTION cosid.lease_retire(p_namespace text, p_machine_id integer DEFAULT NULL)
+-- Which version of this file the store is: the update scripts check it.
+CREATE OR REPLACE FUNCTION cosid.lease_store_version()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT '0.5.0'::text $$;
+
+ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.machine_lease_merge() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) OWNER TO cosid_lease_owner;
+
+REVOKE ALL ON TABLE cosid.store_identity FROM PUBLIC;
+REVOKE ALL ON FUNCTION cosid.store_identity_now(), cosid.store_settles_at(bigint),
+    cosid.machine_lease_merge(),
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
+    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) TO cosid_lease_holder;
+
+--@include lease_store.sql
+--@from -- What the block before the objects were given to cosid_lease_owner granted is taken back, with
