@@ -11,6 +11,8 @@
 
 mod comments;
 mod convert;
+mod generator_checks;
+mod generator_rows;
 mod generators;
 mod ids;
 mod named_forms;
