@@ -18,6 +18,7 @@ mod ids;
 mod named_forms;
 mod refusals;
 mod status;
+mod status_row;
 mod text_arg;
 
 use crate::clock::ServerClock;
