@@ -3,12 +3,14 @@
 //! `_PG_init` only wires the pieces together. The pure logic is the `cosid-core` crate (`core/`);
 //! the server side, from the bottom up: `host` (the machine), `settings`, `local_state` (the state
 //! file), `shmem` (the shared segment), `clock`, `store` (the lease protocol's two transports),
-//! `worker` (the lease worker and the state writer) and `sql` (the SQL surface). A module uses
+//! `worker` (the lease worker and the state writer), `sql` (the SQL surface) and `hook` (the
+//! utility hook: the guards of DROP EXTENSION and of `cosid.database`). A module uses
 //! only the ones before it; `error` is used by all.
 
 mod clock;
 mod error;
 mod history;
+mod hook;
 mod host;
 mod local_state;
 mod settings;
@@ -70,7 +72,7 @@ pub extern "C-unwind" fn _PG_init() {
     // pg_upgrade drops and creates the new cluster's empty databases, cosid.database too, then
     // copies the old cluster's files over them: there is nothing to guard.
     if !binary_upgrade {
-        sql::install_drop_guard();
+        hook::install();
     }
     shmem::init();
 }

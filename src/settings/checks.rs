@@ -1,9 +1,10 @@
 //! The checks of the settings' combinations, which PostgreSQL cannot make one setting at a time:
 //! the layout, the machine id against it, the lease timings, the names and the lease store.
 
+use super::guc::{int_range, setting_text};
 use super::table::{
-    int_range, setting_text, DistributorSetting, DATABASE, DISTRIBUTOR, INSTANCE_ID, LEASE_STORE,
-    MACHINE_ID, MAX_GENERATORS, NAMESPACE, SEQUENCE_RESET_THRESHOLD, STABLE,
+    DistributorSetting, DATABASE, DISTRIBUTOR, INSTANCE_ID, LEASE_STORE, MACHINE_ID,
+    MAX_GENERATORS, NAMESPACE, SEQUENCE_RESET_THRESHOLD, STABLE,
 };
 use super::{
     clock_thresholds, lease_timing, LeaseSettings, MachineSource, ServerSettings,

@@ -25,10 +25,11 @@
 //! misspelt `cosid.*` name is reported rather than kept silently (see [`init`]).
 
 mod checks;
+mod guc;
 mod table;
 
 pub use checks::{layout_setting, server_settings};
-pub use table::init;
+pub use guc::init;
 
 use cosid_core::distributor::{DistributorKind, NoMachineId};
 use cosid_core::generator::{BackwardsPolicy, GeneratorConfig};

@@ -1,19 +1,21 @@
-//! Named generators: `cosid_create_generator`, `cosid_drop_generator`, and the forms of the user
-//! functions that take a generator's name as their last argument.
+//! Named generators: `cosid_create_generator` and `cosid_drop_generator`, and the tables of
+//! their definitions. The forms of the user functions that take a generator's name are in
+//! `named_forms.rs`; the checks of a definition's arguments in `generator_checks.rs`; the rows it
+//! reads and writes, and what becomes of them at commit, in `generator_rows.rs`.
 //!
 //! The definitions are rows of `cosid.generator` in `cosid.database`; the worker that manages
 //! named generators (see `worker::named`) reads them and publishes each in a slot of shared
 //! memory, where backends of every database find it by name. These functions check a
 //! definition completely before they write it, so that the worker only ever reads good rows.
 
+use super::generator_checks::*;
+use super::generator_rows::*;
 use super::text_arg::TextArg;
 use super::*;
-use crate::shmem::{Phase, DEFAULT_NAME};
-use cosid_core::generator::{check_sequence_reset_threshold, ThresholdTooLarge};
-use cosid_core::layout::{LayoutError, TimeUnit};
-use cosid_core::protocol::layout_text;
+use crate::shmem::DEFAULT_NAME;
+use cosid_core::generator::check_sequence_reset_threshold;
+use cosid_core::layout::TimeUnit;
 use pgrx::datum::DatumWithOid;
-use pgrx::{register_xact_callback, PgXactCallbackEvent};
 
 extension_sql!(
     r#"
@@ -188,16 +190,17 @@ fn create_generator(
             .hint(format!("Use one of: {}.", preset_names()))
             .raise()
     };
-    let unit = match time_unit.as_ref().map(TextArg::as_str) {
+    let unit = match &time_unit {
         None => preset_unit,
-        Some("millisecond") => TimeUnit::Millisecond,
-        Some("second") => TimeUnit::Second,
-        Some(_) => {
-            let quoted = time_unit.as_ref().map(TextArg::quoted).unwrap_or_default();
-            CosidError::invalid_argument(format!("invalid cosid time unit {quoted}"))
-                .hint("Use millisecond or second.")
-                .raise()
-        }
+        // Spelt exactly as the table's CHECK and the presets spell it (the setting
+        // cosid.time_unit, an enum, takes any case).
+        Some(text) => TimeUnit::from_name(text.as_str())
+            .filter(|unit| unit.name() == text.as_str())
+            .unwrap_or_else(|| {
+                CosidError::invalid_argument(format!("invalid cosid time unit {}", text.quoted()))
+                    .hint("Use millisecond or second.")
+                    .raise()
+            }),
     };
     let timestamp_bits = width(
         timestamp_bits,
@@ -248,199 +251,10 @@ fn create_generator(
             .raise();
         }
     }
-    let layout_line = layout_text(&layout);
-    Spi::connect_mut(|client| {
-        // One definition change at a time, so that the checks below stay true until commit.
-        client
-            .update(
-                "LOCK TABLE cosid.generator IN SHARE ROW EXCLUSIVE MODE",
-                None,
-                &[],
-            )
-            .or_raise_spi();
-        let args: Vec<DatumWithOid> = vec![name.as_str().into()];
-        let existing = client
-            .select(
-                "SELECT 1 FROM cosid.generator WHERE name OPERATOR(pg_catalog.=) $1",
-                None,
-                &args,
-            )
-            .or_raise_spi();
-        if !existing.is_empty() {
-            already_exists(&name).raise();
-        }
-        let args: Vec<DatumWithOid> = vec![namespace.as_str().into()];
-        let sharing = client
-            .select(
-                "SELECT name FROM cosid.generator WHERE namespace OPERATOR(pg_catalog.=) $1",
-                None,
-                &args,
-            )
-            .or_raise_spi();
-        if let Some(other) = sharing
-            .into_iter()
-            .next()
-            .and_then(|row| row.get::<String>(1).ok().flatten())
-        {
-            CosidError::invalid_argument(format!(
-                "namespace \"{namespace}\" is used by cosid generator \"{other}\""
-            ))
-            .detail("Each generator holds its own machine id in its own namespace.")
-            .hint("Choose another namespace.")
-            .raise();
-        }
-        let updated = client
-            .select(
-                "SELECT pg_catalog.to_regclass('cosid.generator_name') IS NOT NULL",
-                None,
-                &[],
-            )
-            .or_raise_spi()
-            .first()
-            .get::<bool>(1)
-            .ok()
-            .flatten()
-            .unwrap_or(false);
-        if !updated {
-            CosidError::prerequisite("the extension cosid in this database is older than its library")
-                .detail("cosid_create_generator() of this library records each name's namespace in cosid.generator_name, which the extension's SQL of this database does not have yet.")
-                .hint("Run ALTER EXTENSION cosid UPDATE in this database.")
-                .raise();
-        }
-        let name_args: Vec<DatumWithOid> = vec![name.as_str().into()];
-        let named_before = client
-            .select(
-                "SELECT namespace FROM cosid.generator_name WHERE name OPERATOR(pg_catalog.=) $1",
-                None,
-                &name_args,
-            )
-            .or_raise_spi();
-        if let Some(earlier) = named_before
-            .into_iter()
-            .next()
-            .and_then(|row| row.get::<String>(1).ok().flatten())
-        {
-            if earlier != namespace {
-                CosidError::invalid_argument(format!(
-                    "cosid generator name \"{name}\" was used with namespace \"{earlier}\""
-                ))
-                .detail(format!(
-                    "Calls of cosid_next('{name}') got ids of namespace \"{earlier}\". Ids of another namespace can repeat them: its layout or its machine ids can give the same ids."
-                ))
-                .hint(format!(
-                    "Create it with namespace => '{earlier}' (which keeps its layout), or give the new definition a new name and call it by that name."
-                ))
-                .raise();
-            }
-        }
-        let used = client
-            .select(
-                "SELECT layout FROM cosid.generator_namespace WHERE namespace OPERATOR(pg_catalog.=) $1",
-                None,
-                &args,
-            )
-            .or_raise_spi();
-        if let Some(earlier) = used
-            .into_iter()
-            .next()
-            .and_then(|row| row.get::<String>(1).ok().flatten())
-        {
-            if earlier != layout_line {
-                CosidError::invalid_argument(format!(
-                    "namespace \"{namespace}\" was used with another layout"
-                ))
-                .detail(format!(
-                    "Its ids have the layout {earlier}; this definition's is {layout_line}. Ids of two layouts in one namespace can coincide."
-                ))
-                .hint("A namespace keeps its layout. Give the new definition a new name and a new namespace, and call it by that name.")
-                .raise();
-            }
-        }
-        let defined = client
-            .select("SELECT pg_catalog.count(*) FROM cosid.generator", None, &[])
-            .or_raise_spi()
-            .first()
-            .get::<i64>(1)
-            .ok()
-            .flatten()
-            .unwrap_or(0);
-        check_room(
-            settings,
-            &name,
-            &namespace,
-            &layout,
-            threshold,
-            defined as usize,
-        );
-        let args: Vec<DatumWithOid> = vec![
-            name.as_str().into(),
-            namespace.as_str().into(),
-            epoch_ms.into(),
-            layout.time_unit().name().into(),
-            (layout.timestamp_bits() as i32).into(),
-            (layout.machine_bits() as i32).into(),
-            (layout.sequence_bits() as i32).into(),
-            layout_line.as_str().into(),
-            threshold.map(|value| value as i32).into(),
-        ];
-        client
-            .update(
-                "WITH defined AS (INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, timestamp_bits, machine_bits, sequence_bits, sequence_reset_threshold) VALUES ($1, $2, $3, $4, $5, $6, $7, $9)), \
-                 named AS (INSERT INTO cosid.generator_name (name, namespace) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING) \
-                 INSERT INTO cosid.generator_namespace (namespace, layout) VALUES ($2, $8) ON CONFLICT (namespace) DO NOTHING",
-                None,
-                &args,
-            )
-            .or_raise_spi();
-    });
+    write_definition(settings, &name, &namespace, &layout, threshold);
     remember_created_here(&name);
     // At commit the worker reads the definitions at once: usable within milliseconds.
     on_commit_of_this_change(shmem::generator_created);
-}
-
-thread_local! {
-    /// The generators this backend created, each with the (sub)transaction that wrote its
-    /// definition: until that commits, the worker cannot publish it, and a call in the same
-    /// transaction (a migration that creates a generator and a table that uses it) is refused.
-    static CREATED_HERE: std::cell::RefCell<Vec<(String, pg_sys::TransactionId)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn remember_created_here(name: &str) {
-    // SAFETY: the definition was just written, so this (sub)transaction has a transaction id.
-    let writer = unsafe { pg_sys::GetCurrentTransactionId() };
-    CREATED_HERE.with_borrow_mut(|created| {
-        created.retain(|(_, xid)| is_this_transaction(*xid));
-        created.push((name.to_string(), writer));
-    });
-}
-
-/// Whether `xid` is this transaction or one of its subtransactions not rolled back.
-fn is_this_transaction(xid: pg_sys::TransactionId) -> bool {
-    // SAFETY: reads this backend's own transaction state; an aborted subtransaction's id is no
-    // longer part of it.
-    unsafe { pg_sys::TransactionIdIsCurrentTransactionId(xid) }
-}
-
-/// Whether this transaction created a generator of that name that it has not dropped: the
-/// remembered creation, confirmed by the definition this transaction sees.
-pub(super) fn created_in_this_transaction(name: &str) -> bool {
-    let remembered = CREATED_HERE.with_borrow(|created| {
-        created
-            .iter()
-            .any(|(created, xid)| created == name && is_this_transaction(*xid))
-    });
-    if !remembered {
-        return false;
-    }
-    let args: Vec<DatumWithOid> = vec![name.into()];
-    Spi::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT FROM cosid.generator WHERE name OPERATOR(pg_catalog.=) $1)",
-        &args,
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(false)
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
@@ -477,7 +291,9 @@ fn cosid_drop_generator(name: Option<TextArg>) {
             .len()
     });
     if deleted == 0 {
-        unknown_generator(&format!("\"{name}\"")).raise();
+        // A generator this transaction created would have been deleted: none of that name is
+        // seen here.
+        no_such_generator(&quoted).raise();
     }
     // At commit the generator stops at once, in every database; the worker then releases its
     // machine id with the exact last timestamp issued.
@@ -487,289 +303,4 @@ fn cosid_drop_generator(name: Option<TextArg>) {
         }
         shmem::definitions_changed();
     });
-}
-
-/// Runs `action` once the change just written is committed, and never if it is not. The commit
-/// callback fires at the top-level commit, also after a `ROLLBACK TO SAVEPOINT` that undid the
-/// change, and, for a prepared transaction, at a later commit of the session: so it asks the
-/// commit log whether the (sub)transaction that wrote the change committed. A change still
-/// prepared is seen by the worker's next read once `COMMIT PREPARED` ran.
-fn on_commit_of_this_change(
-    action: impl FnOnce() + std::panic::UnwindSafe + std::panic::RefUnwindSafe + 'static,
-) {
-    // SAFETY: the change was just written in this (sub)transaction, which therefore has a
-    // transaction id; asking for it assigns none anew.
-    let writer = unsafe { pg_sys::GetCurrentTransactionId() };
-    register_xact_callback(PgXactCallbackEvent::Commit, move || {
-        // SAFETY: TransactionIdDidCommit reads the commit log for a transaction id of this
-        // server; the callback runs after the top-level commit was recorded.
-        if unsafe { pg_sys::TransactionIdDidCommit(writer) } {
-            action();
-        }
-    });
-}
-
-fn already_exists(name: &str) -> CosidError {
-    let error = CosidError::new(
-        PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
-        format!("cosid generator \"{name}\" already exists"),
-    );
-    if name == DEFAULT_NAME {
-        error.detail("\"default\" names the server's default generator, the one cosid_next() uses.")
-    } else {
-        error.hint("A generator's definition cannot change: give the new definition a new name and a new namespace, and call it by that name. A name keeps its namespace even after cosid_drop_generator().")
-    }
-}
-
-pub(super) fn null_argument(argument: &str) -> CosidError {
-    CosidError::new(
-        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-        format!("argument \"{argument}\" must not be null"),
-    )
-    .detail("It names a cosid generator.")
-}
-
-/// The server's settings, when this is the database that holds the definitions.
-fn in_definitions_database() -> &'static crate::settings::ServerSettings {
-    let Some(settings) = settings::server() else {
-        shmem::not_preloaded().raise()
-    };
-    let current = Spi::get_one::<String>("SELECT pg_catalog.current_database()::pg_catalog.text")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    if current != settings.database {
-        CosidError::prerequisite(format!(
-            "cosid generators are defined in database \"{}\"",
-            settings.database
-        ))
-        .detail(format!(
-            "This is database \"{current}\". Generators are defined in cosid.database, and usable from every database of the server."
-        ))
-        .hint(format!(
-            "Connect to database \"{}\" and run the command there.",
-            settings.database
-        ))
-        .raise();
-    }
-    settings
-}
-
-fn check_name(name: &str) -> Result<(), CosidError> {
-    if name == DEFAULT_NAME {
-        return Err(already_exists(name));
-    }
-    let mut chars = name.chars();
-    let valid = name.len() <= crate::settings::MAX_GENERATOR_NAME_LEN
-        && chars
-            .next()
-            .is_some_and(|first| first.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if valid {
-        return Ok(());
-    }
-    Err(CosidError::invalid_argument(format!(
-        "invalid cosid generator name {}",
-        layout::quote_for_message(name, true)
-    ))
-    .detail(format!(
-        "A generator name is 1 to {} letters, digits and underscores (A-Z, a-z, 0-9, _), starting with a letter.",
-        crate::settings::MAX_GENERATOR_NAME_LEN
-    )))
-}
-
-fn check_namespace(namespace: &str, default_namespace: &str) -> Result<(), CosidError> {
-    let quoted = layout::quote_for_message(namespace, true);
-    // SAFETY: reads the encoding of the database this backend is connected to.
-    let utf8 = unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_UTF8 as i32;
-    if !utf8 && !namespace.is_ascii() {
-        // The worker and the lease store read namespaces as UTF-8, and cosid.status shows
-        // them in every database of the server, whatever its encoding.
-        return Err(CosidError::invalid_argument(format!(
-            "invalid cosid namespace {quoted}"
-        ))
-        .detail("In a database whose encoding is not UTF8, a namespace is ASCII characters only.")
-        .hint("Choose an ASCII namespace, or keep cosid.database in a UTF8 database."));
-    }
-    if namespace.is_empty()
-        || namespace.len() > crate::settings::MAX_NAMESPACE_LEN
-        || namespace.chars().any(char::is_control)
-    {
-        return Err(
-            CosidError::invalid_argument(format!("invalid cosid namespace {quoted}")).detail(
-                format!(
-                    "A namespace is 1 to {} bytes long, without control characters.",
-                    crate::settings::MAX_NAMESPACE_LEN
-                ),
-            ),
-        );
-    }
-    if namespace == default_namespace {
-        return Err(CosidError::invalid_argument(format!(
-            "namespace {quoted} is the default generator's"
-        ))
-        .detail("Each generator holds its own machine id in its own namespace; cosid.namespace is the default generator's.")
-        .hint("Choose another namespace."));
-    }
-    Ok(())
-}
-
-/// A width argument, or the preset's; refused outside `range`, the widths a layout can hold (a
-/// machine id is leased, and decoded, as an integer, and so is a sequence).
-fn width(value: Option<i32>, preset: u32, argument: &str, range: (u32, u32)) -> u32 {
-    let Some(value) = value else {
-        return preset;
-    };
-    match u32::try_from(value) {
-        Ok(bits) if (range.0..=range.1).contains(&bits) => bits,
-        _ => CosidError::invalid_argument(format!(
-            "{argument} must be from {} to {}, not {value}",
-            range.0, range.1
-        ))
-        .detail(format!(
-            "Timestamp, machine and sequence bits together may use at most {} bits; the machine id and the sequence at most {} each.",
-            layout::TOTAL_BITS,
-            layout::MAX_MACHINE_BITS
-        ))
-        .raise(),
-    }
-}
-
-fn threshold_refused(why: ThresholdTooLarge) -> CosidError {
-    CosidError::invalid_argument(format!(
-        "sequence_reset_threshold must be from 0 to {}, not {}",
-        why.max_sequence, why.threshold
-    ))
-    .detail(format!(
-        "A new tick restarts the sequence only once it has reached this value, which the layout's largest sequence, {}, must reach.",
-        why.max_sequence
-    ))
-    .hint(format!(
-        "Leave it out for CosId's, half the largest sequence: {}.",
-        why.max_sequence >> 1
-    ))
-}
-
-fn preset_names() -> String {
-    layout::PRESETS
-        .iter()
-        .map(|preset| preset.0)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn layout_error(why: LayoutError) -> CosidError {
-    match why {
-        LayoutError::TooManyBits {
-            timestamp_bits,
-            machine_bits,
-            sequence_bits,
-        } => CosidError::invalid_argument("cosid generator layout does not fit in 63 bits").detail(
-            format!(
-                "timestamp_bits ({timestamp_bits}) + machine_bits ({machine_bits}) + sequence_bits ({sequence_bits}) = {} exceeds the 63 bits of a non-negative bigint.",
-                timestamp_bits + machine_bits + sequence_bits
-            ),
-        ),
-        LayoutError::NoTimestampBits => {
-            CosidError::invalid_argument("timestamp_bits must be at least 1")
-        }
-        LayoutError::NoSequenceBits => {
-            CosidError::invalid_argument("sequence_bits must be at least 1")
-        }
-        // Checked with their ranges before the layout is built.
-        LayoutError::MachineBitsTooMany { machine_bits } => CosidError::invalid_argument(
-            format!("machine_bits must be from 0 to {}, not {machine_bits}", layout::MAX_MACHINE_BITS),
-        ),
-        LayoutError::SequenceBitsTooMany { sequence_bits } => CosidError::invalid_argument(
-            format!("sequence_bits must be from 1 to {}, not {sequence_bits}", layout::MAX_SEQUENCE_BITS),
-        ),
-        LayoutError::EpochNotWholeSecond { epoch_ms } => CosidError::invalid_argument(
-            "the epoch of a generator by the second must be a whole second",
-        )
-        .detail(format!("The epoch is {}.", layout::format_unix_ms(epoch_ms))),
-        LayoutError::TimeRangeTooLarge => CosidError::invalid_argument(
-            "cosid generator layout reaches beyond the year 292 million",
-        )
-        .detail("Use fewer timestamp_bits."),
-    }
-}
-
-/// A generator whose layout does not cover the current time could issue no id.
-fn covers_now(layout: &Layout) -> Result<(), CosidError> {
-    let now = crate::host::unix_ms_now();
-    if layout.unix_ms_to_ticks(now).is_ok() {
-        return Ok(());
-    }
-    Err(
-        CosidError::invalid_argument("cosid generator layout does not cover the current time")
-            .detail(format!(
-                "Its ids cover {} to {}, and the clock reads {}.",
-                layout::format_unix_ms(layout.epoch_ms()),
-                layout::format_unix_ms(layout.max_unix_ms()),
-                layout::format_unix_ms(now)
-            ))
-            .hint("Choose an epoch in the past, or more timestamp_bits."),
-    )
-}
-
-/// Refuses a definition that would find no slot: the named generators' slots are fixed at start.
-/// The worker stays the authority; this only says it early and clearly.
-fn check_room(
-    settings: &crate::settings::ServerSettings,
-    name: &str,
-    namespace: &str,
-    layout: &Layout,
-    sequence_reset_threshold: Option<u32>,
-    defined: usize,
-) {
-    let Ok(slots) = shmem::all_slots() else {
-        return;
-    };
-    let named = &slots[1..=settings.max_generators.min(shmem::MAX_GENERATORS - 1)];
-    let definition =
-        shmem::Definition::named(settings, name, namespace, *layout, sequence_reset_threshold);
-    let reusable = named
-        .iter()
-        .any(|slot| slot.phase() == Phase::Dropped && slot.definition().same_as(&definition));
-    let dropped = named
-        .iter()
-        .filter(|slot| slot.phase() == Phase::Dropped)
-        .count();
-    if reusable || defined + dropped < settings.max_generators {
-        return;
-    }
-    CosidError::new(
-        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-        format!(
-            "no room for another cosid generator: cosid.max_generators is {}",
-            settings.max_generators
-        ),
-    )
-    .detail(format!(
-        "{defined} generators are defined, and {dropped} dropped ones keep their place until the server restarts (unless created again exactly as they were)."
-    ))
-    .hint(cosid_core::registry::no_room_hint(
-        defined,
-        dropped,
-        settings.max_generators,
-        crate::settings::MAX_NAMED_GENERATORS,
-    ))
-    .raise()
-}
-
-trait OrRaiseSpi<T> {
-    fn or_raise_spi(self) -> T;
-}
-
-impl<T> OrRaiseSpi<T> for Result<T, pgrx::spi::SpiError> {
-    fn or_raise_spi(self) -> T {
-        match self {
-            Ok(value) => value,
-            Err(why) => CosidError::new(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                format!("cosid could not read or write its generators' definitions: {why}"),
-            )
-            .raise(),
-        }
-    }
 }

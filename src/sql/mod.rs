@@ -11,16 +11,15 @@
 
 mod comments;
 mod convert;
+mod generator_checks;
+mod generator_rows;
 mod generators;
 mod ids;
 mod named_forms;
-mod notices;
 mod refusals;
 mod status;
+mod status_row;
 mod text_arg;
-mod uninstall;
-
-pub use uninstall::install_drop_guard;
 
 use crate::clock::ServerClock;
 use crate::error::{CosidError, OrRaise};
@@ -30,14 +29,13 @@ use cosid_core::generator::GenerateError;
 use cosid_core::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
 use cosid_core::lease::{LeaseProblem, LeaseSnapshot, RefusalKind, UNKNOWN_TIME};
 use pgrx::prelude::*;
-use pgrx::{composite_type, IntoDatum, PgLogLevel, PgTupleDesc};
+use pgrx::{composite_type, IntoDatum, PgTupleDesc};
 use std::sync::OnceLock;
 use text_arg::TextArg;
 
 use convert::*;
 use ids::*;
 use named_forms::*;
-use notices::*;
 use refusals::*;
 
 extension_sql_file!("../../sql/lease_store.sql", name = "lease_store");

@@ -2,7 +2,8 @@
 //! `cosid_next('name')` on the hot path (the slot kept per call site), and the decode and format
 //! functions of a named generator's layout. The definitions are in `generators.rs`.
 
-use super::generators::{created_in_this_transaction, null_argument};
+use super::generator_checks::null_argument;
+use super::generator_rows::created_in_this_transaction;
 use super::text_arg::{GeneratorName, TextArg};
 use super::*;
 use crate::shmem::{GeneratorSlot, Phase, DEFAULT_NAME};
@@ -26,7 +27,7 @@ pub(super) fn cosid_next_named(
     match slot.state.next_id(slot.config(), &mut ServerClock) {
         Ok(id) => id,
         Err(GenerateError::Closed) if !slot.is_live() => match &generator {
-            Some(generator) => unknown_generator(&generator.quoted()).raise(),
+            Some(generator) => unknown_generator(generator).raise(),
             None => null_argument("generator").raise(),
         },
         Err(why) => generate_error(slot, why).raise(),
@@ -168,7 +169,7 @@ pub(super) fn cosid_from_radix62_named(radix62: TextArg, generator: GeneratorNam
 pub(super) fn live_slot(generator: &GeneratorName) -> &'static GeneratorSlot {
     match shmem::live_generator(generator.bytes()) {
         Ok(Some(slot)) => slot,
-        Ok(None) => unknown_generator(&generator.quoted()).raise(),
+        Ok(None) => unknown_generator(generator).raise(),
         Err(why) => why.raise(),
     }
 }
@@ -182,14 +183,12 @@ pub(super) fn generator_layout(generator: &GeneratorName) -> Layout {
     live_slot(generator).config().layout
 }
 
-/// The error for a name that is no live generator. Until the definitions were first read, the
-/// name may be one not loaded yet: that is a moment's wait, not a mistake.
-pub(super) fn unknown_generator(quoted: &str) -> CosidError {
-    // A name this transaction created needs no escaping in quotes (letters, digits, _).
-    if let Some(name) = quoted
-        .strip_prefix('"')
-        .and_then(|rest| rest.strip_suffix('"'))
-    {
+/// The error for a name that is no live generator: one this transaction created is usable once
+/// it commits; see [`no_such_generator`] for the others.
+pub(super) fn unknown_generator(generator: &GeneratorName) -> CosidError {
+    let quoted = generator.quoted();
+    // A name this transaction created is ASCII (letters, digits, _), in every server encoding.
+    if let Ok(name) = std::str::from_utf8(generator.bytes()) {
         if created_in_this_transaction(name) {
             return CosidError::prerequisite(format!(
                 "cosid generator {quoted} was created in this transaction and is usable only after it commits"
@@ -198,6 +197,12 @@ pub(super) fn unknown_generator(quoted: &str) -> CosidError {
             .hint("Create the generator in a transaction of its own (a migration of its own, for a migration tool) and commit it before the statements that use it.");
         }
     }
+    no_such_generator(&quoted)
+}
+
+/// The error for a name, `quoted` for a message, that no generator has. Until the definitions
+/// were first read, the name may be one not loaded yet: that is a moment's wait, not a mistake.
+pub(super) fn no_such_generator(quoted: &str) -> CosidError {
     let preloaded = shmem::is_preloaded();
     if preloaded && (!shmem::definitions_loaded() || shmem::creations_pending()) {
         if let Some(why) = no_machine_id() {

@@ -1,15 +1,63 @@
-//! What the utility hook says after a statement succeeded: where the leases live after `CREATE
-//! EXTENSION cosid`, and a warning when a subscription may replicate ids of the same machine
-//! ids.
+//! What the hook says after a statement succeeded: where the leases live after `CREATE EXTENSION
+//! cosid`, and a warning when a subscription may replicate ids of the same machine ids.
 
-use super::*;
+use crate::error::CosidError;
+use crate::settings::{self, MachineSource};
+use pgrx::prelude::*;
+use pgrx::{PgList, PgLogLevel};
+
+/// Whether the statement is `CREATE EXTENSION cosid`.
+///
+/// # Safety
+/// `node` is a utility statement's parse tree, or null.
+pub(super) unsafe fn creates_the_extension(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: a non-null node starts with its tag; a CreateExtensionStmt's extname is a
+    // NUL-terminated name from the parser.
+    unsafe {
+        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_CreateExtensionStmt {
+            return false;
+        }
+        let create = &*(node as *mut pg_sys::CreateExtensionStmt);
+        !create.extname.is_null() && std::ffi::CStr::from_ptr(create.extname) == c"cosid"
+    }
+}
+
+/// Whether the statement makes logical replication apply rows here: `CREATE SUBSCRIPTION`, or
+/// `ALTER SUBSCRIPTION ... ENABLE`.
+///
+/// # Safety
+/// `node` is a utility statement's parse tree, or null.
+pub(super) unsafe fn starts_a_subscription(node: *mut pg_sys::Node) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: a non-null node starts with its tag, and the tag says which struct it is.
+    unsafe {
+        match (*node).type_ {
+            pg_sys::NodeTag::T_CreateSubscriptionStmt => true,
+            pg_sys::NodeTag::T_AlterSubscriptionStmt => {
+                // ENABLE and DISABLE are both this kind, with the option `enabled` saying which.
+                let alter = &*(node as *mut pg_sys::AlterSubscriptionStmt);
+                alter.kind == pg_sys::AlterSubscriptionType::ALTER_SUBSCRIPTION_ENABLED
+                    && PgList::<pg_sys::DefElem>::from_pg(alter.options)
+                        .iter_ptr()
+                        .any(|option| {
+                            !(*option).defname.is_null()
+                                && std::ffi::CStr::from_ptr((*option).defname) == c"enabled"
+                                && pg_sys::defGetBoolean(option)
+                        })
+            }
+            _ => false,
+        }
+    }
+}
 
 /// Says, once, where the leases are, when the server's machine id is leased and they are not in
 /// this database: here `cosid.leases` shows none of them while `cosid.status` says UP. The
 /// utility hook calls this after `CREATE EXTENSION cosid` succeeded, under the session's own
 /// `client_min_messages` (the extension's script runs with it at `warning` at least, which would
 /// hide a NOTICE, or show one to a session that asked for warnings only if it were lowered).
-pub(crate) fn say_where_the_leases_live() {
+pub(super) fn say_where_the_leases_live() {
     let Some(settings) = settings::server() else {
         return;
     };
@@ -59,7 +107,7 @@ pub(crate) fn say_where_the_leases_live() {
 /// holds machine ids of the same namespace independently, and the ids it issued can equal this
 /// server's: rows replicated into a table this server also fills collide, and the apply worker
 /// stops on the duplicate key.
-pub(crate) fn warn_of_uncoordinated_machine_ids() {
+pub(super) fn warn_of_uncoordinated_machine_ids() {
     let Some(settings) = settings::server() else {
         return;
     };

@@ -1,4 +1,4 @@
-//! The guard of `DROP EXTENSION cosid`: a utility hook, installed when the library is preloaded.
+//! The guard of `DROP EXTENSION cosid`.
 //!
 //! Dropping the extension drops its tables with their rows. A machine id without a row of
 //! `cosid.machine_lease` counts as never used, so a later claim would wait for no watermark and
@@ -11,366 +11,21 @@
 //! An event trigger cannot guard this: one that belongs to the extension is dropped with it before
 //! `sql_drop` fires, and `ddl_command_start` does not say which extension is dropped. So every
 //! statement that can drop the extension (`DROP EXTENSION`, `DROP ... CASCADE`, `DROP OWNED`) is
-//! looked at here: what it would lose is read before it runs, and if the extension is gone after
-//! it ran, the statement is refused (the ERROR rolls the drop back). A database without rows
-//! (one that has the extension only for its functions) loses nothing, and its drop goes through.
-//! `DROP DATABASE` of `cosid.database` itself is refused before it runs.
-//!
-//! The hook also follows a successful `CREATE EXTENSION cosid` with a NOTICE saying where the
-//! leases live, when that is another database (`say_where_the_leases_live`), and a successful
-//! `CREATE SUBSCRIPTION` or `ALTER SUBSCRIPTION ... ENABLE` with a WARNING when this server's
-//! machine ids are coordinated with no other server (`warn_of_uncoordinated_machine_ids`).
+//! looked at by the hook: what it would lose is read here before it runs ([`at_risk`]), and if the
+//! extension is gone after it ran, the statement is refused ([`AtRisk::refusal`]; the ERROR rolls
+//! the drop back). A database without rows (one that has the extension only for its functions)
+//! loses nothing, and its drop goes through.
 
 use crate::error::CosidError;
 use cosid_core::uninstall::{drop_refusal, DropLoss, DropRefusal};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use pgrx::PgList;
-
-static mut PREVIOUS_HOOK: pg_sys::ProcessUtility_hook_type = None;
-
-/// Installs the hook; called once from `_PG_init` while the library is preloaded.
-pub fn install_drop_guard() {
-    // SAFETY: _PG_init runs in the postmaster before any backend exists, single-threaded; the
-    // previous hook is kept and called, as every ProcessUtility hook must.
-    unsafe {
-        PREVIOUS_HOOK = pg_sys::ProcessUtility_hook;
-        pg_sys::ProcessUtility_hook = Some(cosid_process_utility);
-        pg_sys::RegisterSubXactCallback(Some(forget_aborted_statements), std::ptr::null_mut());
-        pg_sys::RegisterXactCallback(
-            Some(forget_statements_of_the_transaction),
-            std::ptr::null_mut(),
-        );
-    }
-}
-
-// PostgreSQL's own function, not pgrx's guarded wrapper of it: an error it raises longjmps
-// straight through the hook to the caller's handler, unchanged (pgrx's wrapper would turn it
-// into a Rust panic and raise it again: without its table, column and constraint names, and with
-// a Rust backtrace in DETAIL when RUST_BACKTRACE is set). The signature is that of PostgreSQL 14
-// and later.
-extern "C-unwind" {
-    #[link_name = "standard_ProcessUtility"]
-    fn standard_process_utility(
-        pstmt: *mut pg_sys::PlannedStmt,
-        query_string: *const std::ffi::c_char,
-        read_only_tree: bool,
-        context: pg_sys::ProcessUtilityContext::Type,
-        params: pg_sys::ParamListInfo,
-        query_env: *mut pg_sys::QueryEnvironment,
-        dest: *mut pg_sys::DestReceiver,
-        qc: *mut pg_sys::QueryCompletion,
-    );
-}
-
-/// What the hook read before a statement ran, for after it ran, under a number of its own that
-/// the hook's frame keeps: statements nest (an extension's script, a function running DDL), and
-/// a nested one can have the same parse tree as the one around it. A statement that failed
-/// leaves its entry behind: entries of a subtransaction are dropped when it aborts, all of them
-/// when the transaction does, and those above a statement when it finishes.
-struct Pending {
-    number: u64,
-    subtransaction: pg_sys::SubTransactionId,
-    at_risk: Option<AtRisk>,
-    cascade: Option<bool>,
-    creating: bool,
-    subscribing: bool,
-}
-
-thread_local! {
-    static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
-    static NEXT_NUMBER: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
-}
-
-/// Drops the entries of statements that failed with their subtransaction.
-#[pg_guard]
-unsafe extern "C-unwind" fn forget_aborted_statements(
-    event: pg_sys::SubXactEvent::Type,
-    aborted: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
-        // Subtransaction ids only grow within a transaction: the aborted one's statements and
-        // those of its children have ids from it up.
-        PENDING.with(|stack| {
-            stack
-                .borrow_mut()
-                .retain(|entry| entry.subtransaction < aborted)
-        });
-    }
-}
-
-/// Drops every entry when the transaction aborts.
-#[pg_guard]
-unsafe extern "C-unwind" fn forget_statements_of_the_transaction(
-    event: pg_sys::XactEvent::Type,
-    _arg: *mut std::ffi::c_void,
-) {
-    if event == pg_sys::XactEvent::XACT_EVENT_ABORT
-        || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
-    {
-        PENDING.with(|stack| {
-            let mut stack = stack.borrow_mut();
-            stack.clear();
-            stack.shrink_to_fit();
-        });
-    }
-}
-
-/// Not `#[pg_guard]`: this frame holds nothing to drop (raw pointers and plain values only), so
-/// PostgreSQL's longjmp out of the statement may pass it. What can raise cosid's own errors runs
-/// in the guarded functions before and after.
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C-unwind" fn cosid_process_utility(
-    pstmt: *mut pg_sys::PlannedStmt,
-    query_string: *const std::ffi::c_char,
-    read_only_tree: bool,
-    context: pg_sys::ProcessUtilityContext::Type,
-    params: pg_sys::ParamListInfo,
-    query_env: *mut pg_sys::QueryEnvironment,
-    dest: *mut pg_sys::DestReceiver,
-    qc: *mut pg_sys::QueryCompletion,
-) {
-    // SAFETY: PostgreSQL passes a valid planned utility statement; the arguments are passed on
-    // unchanged to the previous hook or the standard one, as every ProcessUtility hook must.
-    unsafe {
-        let statement = (*pstmt).utilityStmt;
-        let number = before_statement(statement);
-        match PREVIOUS_HOOK {
-            Some(previous) => previous(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-            None => standard_process_utility(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-        }
-        after_statement(number);
-    }
-}
-
-/// Refuses a `DROP DATABASE` of `cosid.database`; reads what a drop of the extension would lose
-/// while it is still there.
-///
-/// # Safety
-/// `statement` is the utility statement's parse tree, or null.
-#[pg_guard]
-unsafe extern "C-unwind" fn before_statement(statement: *mut pg_sys::Node) -> u64 {
-    // SAFETY: the caller's promise.
-    if let Some(refusal) = unsafe { drops_the_lease_database(statement) } {
-        refusal.raise();
-    }
-    // SAFETY: the caller's promise.
-    if let Some(refusal) = unsafe { cuts_off_the_lease_database(statement) } {
-        refusal.raise();
-    }
-    // SAFETY: the caller's promise.
-    let cascade = unsafe { may_drop_extension(statement) };
-    let at_risk = cascade.filter(|_| extension_exists()).map(|_| at_risk());
-    let number = NEXT_NUMBER.with(|next| next.replace(next.get() + 1));
-    let pending = Pending {
-        number,
-        // SAFETY: reads the id of the subtransaction the statement runs in.
-        subtransaction: unsafe { pg_sys::GetCurrentSubTransactionId() },
-        at_risk,
-        cascade,
-        // SAFETY: the caller's promise.
-        creating: unsafe { creates_the_extension(statement) } && !extension_exists(),
-        // SAFETY: the caller's promise.
-        subscribing: unsafe { starts_a_subscription(statement) },
-    };
-    PENDING.with(|stack| stack.borrow_mut().push(pending));
-    number
-}
-
-/// After the statement `before_statement` numbered ran: the NOTICE and WARNING it calls for, and
-/// the refusal of a drop that lost something (the ERROR rolls the drop back).
-#[pg_guard]
-extern "C-unwind" fn after_statement(number: u64) {
-    let Some(pending) = PENDING.with(|stack| {
-        let mut stack = stack.borrow_mut();
-        // Entries above this statement's are of nested statements that failed.
-        let position = stack.iter().rposition(|entry| entry.number == number)?;
-        let pending = stack.swap_remove(position);
-        stack.truncate(position);
-        Some(pending)
-    }) else {
-        return;
-    };
-    if pending.creating && extension_exists() {
-        super::say_where_the_leases_live();
-    }
-    if pending.subscribing {
-        super::warn_of_uncoordinated_machine_ids();
-    }
-    if let Some(at_risk) = pending.at_risk {
-        if !extension_exists() {
-            if let Some(refusal) = at_risk.refusal(pending.cascade == Some(true)) {
-                refusal.raise();
-            }
-        }
-    }
-}
-
-/// The refusal of `DROP DATABASE` of `cosid.database`. It cannot be looked into from the
-/// database the statement runs in, and `WITH (FORCE)` ends the lease worker's connection: it holds
-/// the lease table (unless `cosid.lease_store` is set) and the named generators' definitions, so
-/// it is refused outright while this server uses it.
-///
-/// # Safety
-/// `node` is a utility statement's parse tree, or null.
-unsafe fn drops_the_lease_database(node: *mut pg_sys::Node) -> Option<CosidError> {
-    if node.is_null() {
-        return None;
-    }
-    // SAFETY: a non-null node starts with its tag; a DropdbStmt's dbname is a NUL-terminated
-    // name from the parser.
-    let name = unsafe {
-        if (*node).type_ != pg_sys::NodeTag::T_DropdbStmt {
-            return None;
-        }
-        let drop = &*(node as *mut pg_sys::DropdbStmt);
-        if drop.dbname.is_null() {
-            return None;
-        }
-        std::ffi::CStr::from_ptr(drop.dbname)
-            .to_string_lossy()
-            .into_owned()
-    };
-    let settings = crate::settings::server()?;
-    (name == settings.database).then(|| {
-        CosidError::new(
-            PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
-            format!("cannot drop database \"{name}\" while it is cosid.database"),
-        )
-        .detail("It holds cosid's lease table, whose rows' watermarks keep ids from being issued twice, and the named generators' definitions; this server's cosid uses it.")
-        .hint("Uninstall cosid there first as the documentation on uninstalling says, then set cosid.database to another database and restart the server.")
-    })
-}
-
-/// The refusal of `ALTER DATABASE` statements that would keep the workers out of
-/// `cosid.database` or move it away: `ALLOW_CONNECTIONS false` (after the next restart no worker
-/// can connect, and `DROP DATABASE` no longer meets a connection of theirs) and `RENAME` (the
-/// name the drop guard and the workers go by would then be another database's, or none). Its
-/// owner may do either without being a superuser.
-///
-/// # Safety
-/// `node` is a utility statement's parse tree, or null.
-unsafe fn cuts_off_the_lease_database(node: *mut pg_sys::Node) -> Option<CosidError> {
-    if node.is_null() {
-        return None;
-    }
-    let settings = crate::settings::server()?;
-    let name_of = |name: *const std::ffi::c_char| {
-        // SAFETY: a non-null name from the parser is NUL-terminated.
-        (!name.is_null()).then(|| {
-            unsafe { std::ffi::CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
-        })
-    };
-    // SAFETY: a non-null node starts with its tag, and the tag says which struct it is.
-    let (name, what) = unsafe {
-        match (*node).type_ {
-            pg_sys::NodeTag::T_AlterDatabaseStmt => {
-                let alter = &*(node as *mut pg_sys::AlterDatabaseStmt);
-                let refuses = PgList::<pg_sys::DefElem>::from_pg(alter.options)
-                    .iter_ptr()
-                    .any(|option| {
-                        !(*option).defname.is_null()
-                            && std::ffi::CStr::from_ptr((*option).defname) == c"allow_connections"
-                            && !pg_sys::defGetBoolean(option)
-                    });
-                if !refuses {
-                    return None;
-                }
-                (name_of(alter.dbname)?, "refuse connections")
-            }
-            pg_sys::NodeTag::T_RenameStmt => {
-                let rename = &*(node as *mut pg_sys::RenameStmt);
-                if rename.renameType != pg_sys::ObjectType::OBJECT_DATABASE {
-                    return None;
-                }
-                (name_of(rename.subname)?, "be renamed")
-            }
-            _ => return None,
-        }
-    };
-    (name == settings.database).then(|| {
-        CosidError::new(
-            PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
-            format!("database \"{name}\" cannot {what} while it is cosid.database"),
-        )
-        .detail("It holds cosid's lease table, whose rows' watermarks keep ids from being issued twice, and the named generators' definitions; cosid's background workers must be able to connect to it by this name.")
-        .hint("To move cosid elsewhere, set cosid.database to another database and restart the server first.")
-    })
-}
-
-/// Whether the statement is `CREATE EXTENSION cosid`.
-///
-/// # Safety
-/// `node` is a utility statement's parse tree, or null.
-unsafe fn creates_the_extension(node: *mut pg_sys::Node) -> bool {
-    // SAFETY: a non-null node starts with its tag; a CreateExtensionStmt's extname is a
-    // NUL-terminated name from the parser.
-    unsafe {
-        if node.is_null() || (*node).type_ != pg_sys::NodeTag::T_CreateExtensionStmt {
-            return false;
-        }
-        let create = &*(node as *mut pg_sys::CreateExtensionStmt);
-        !create.extname.is_null() && std::ffi::CStr::from_ptr(create.extname) == c"cosid"
-    }
-}
-
-/// Whether the statement makes logical replication apply rows here: `CREATE SUBSCRIPTION`, or
-/// `ALTER SUBSCRIPTION ... ENABLE`.
-///
-/// # Safety
-/// `node` is a utility statement's parse tree, or null.
-unsafe fn starts_a_subscription(node: *mut pg_sys::Node) -> bool {
-    if node.is_null() {
-        return false;
-    }
-    // SAFETY: a non-null node starts with its tag, and the tag says which struct it is.
-    unsafe {
-        match (*node).type_ {
-            pg_sys::NodeTag::T_CreateSubscriptionStmt => true,
-            pg_sys::NodeTag::T_AlterSubscriptionStmt => {
-                // ENABLE and DISABLE are both this kind, with the option `enabled` saying which.
-                let alter = &*(node as *mut pg_sys::AlterSubscriptionStmt);
-                alter.kind == pg_sys::AlterSubscriptionType::ALTER_SUBSCRIPTION_ENABLED
-                    && PgList::<pg_sys::DefElem>::from_pg(alter.options)
-                        .iter_ptr()
-                        .any(|option| {
-                            !(*option).defname.is_null()
-                                && std::ffi::CStr::from_ptr((*option).defname) == c"enabled"
-                                && pg_sys::defGetBoolean(option)
-                        })
-            }
-            _ => false,
-        }
-    }
-}
 
 /// Whether the statement can drop the extension: `Some(cascade)`, or `None`.
 ///
 /// # Safety
 /// `node` is a utility statement's parse tree, or null.
-unsafe fn may_drop_extension(node: *mut pg_sys::Node) -> Option<bool> {
+pub(super) unsafe fn may_drop_extension(node: *mut pg_sys::Node) -> Option<bool> {
     if node.is_null() {
         return None;
     }
@@ -392,13 +47,13 @@ unsafe fn may_drop_extension(node: *mut pg_sys::Node) -> Option<bool> {
     }
 }
 
-fn extension_exists() -> bool {
+pub(super) fn extension_exists() -> bool {
     // SAFETY: a catalog lookup by name inside a transaction; missing_ok returns InvalidOid.
     unsafe { pg_sys::get_extension_oid(c"cosid".as_ptr(), true) != pg_sys::InvalidOid }
 }
 
 /// What dropping the extension would lose, read before the statement runs.
-struct AtRisk {
+pub(super) struct AtRisk {
     lease_rows: i64,
     namespaces: Vec<String>,
     generators: Vec<String>,
@@ -413,7 +68,7 @@ struct AtRisk {
 }
 
 impl AtRisk {
-    fn refusal(&self, cascade: bool) -> Option<CosidError> {
+    pub(super) fn refusal(&self, cascade: bool) -> Option<CosidError> {
         // Only the columns whose table is still there lost their default (a table dropped with
         // the statement took its column with it).
         let stripped: Vec<&str> = self
@@ -524,7 +179,7 @@ fn column_exists(table: pg_sys::Oid, attnum: i16) -> bool {
 /// Reads what the drop would lose. The tables are private to cosid_lease_owner, and a schema's
 /// owner can drop the extension with `DROP SCHEMA ... CASCADE`, so they are read as the
 /// bootstrap superuser, by fixed queries only.
-fn at_risk() -> AtRisk {
+pub(super) fn at_risk() -> AtRisk {
     as_bootstrap_superuser(|| {
         Spi::connect(|client| {
             let mut at_risk = AtRisk {
