@@ -14,8 +14,11 @@ use std::sync::LazyLock;
 use chrono::format::{Item, StrftimeItems};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime};
 
-/// CosId's epoch: 2019-12-24T16:00:00Z, in Unix milliseconds.
+/// CosId's epoch, in Unix milliseconds.
 pub const COSID_EPOCH_MS: i64 = 1_577_203_200_000;
+/// CosId's epoch as `cosid.epoch` spells its default, with the C string's NUL (a setting's
+/// default is a C string); `COSID_EPOCH_MS` parsed (a unit test checks the two agree).
+pub const COSID_EPOCH_TEXT_NUL: &str = "2019-12-24T16:00:00Z\0";
 /// The bits CosId's `MillisecondSnowflakeId` uses: 41 timestamp, 10 machine, 12 sequence.
 pub const DEFAULT_TIMESTAMP_BITS: u32 = 41;
 pub const DEFAULT_MACHINE_BITS: u32 = 10;
@@ -751,6 +754,12 @@ impl UtcTime {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_epoch_setting_default_is_cosid_epoch() {
+        let text = COSID_EPOCH_TEXT_NUL.strip_suffix('\0').unwrap();
+        assert_eq!(parse_epoch(text), Ok(COSID_EPOCH_MS));
+    }
 
     #[test]
     fn time_units_are_named_in_any_case() {

@@ -48,8 +48,12 @@ pub(super) static MAX_GENERATORS: GucSetting<i32> = GucSetting::<i32>::new(8);
 pub(super) static LOCAL_STATE_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 // The layout settings are read by name (see `layout_setting`); these statics only hold the
 // values PostgreSQL checked against each setting's range.
-/// `cosid.epoch`'s default, CosId's epoch (`layout::COSID_EPOCH_MS`).
-pub(super) const DEFAULT_EPOCH: &CStr = c"2019-12-24T16:00:00Z";
+/// `cosid.epoch`'s default, CosId's epoch (`layout::COSID_EPOCH_TEXT_NUL`).
+pub(super) const DEFAULT_EPOCH: &CStr =
+    match CStr::from_bytes_with_nul(cosid_core::layout::COSID_EPOCH_TEXT_NUL.as_bytes()) {
+        Ok(text) => text,
+        Err(_) => panic!("COSID_EPOCH_TEXT_NUL ends with its only NUL"),
+    };
 static EPOCH: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(DEFAULT_EPOCH));
 static TIME_UNIT: GucSetting<TimeUnitSetting> =
     GucSetting::<TimeUnitSetting>::new(TimeUnitSetting::Millisecond);
