@@ -15,7 +15,7 @@
 # (lease_store.sql and its update scripts, also made there) goes to share/contrib/cosid/, where
 # PostgreSQL's build system puts SQL scripts that are not an extension's. The library is
 # stripped as Debian strips its own.
-# Needs cargo-pgrx (make setup) and dpkg-dev; the Maintainer field of the .deb is
+# Needs cargo-pgrx (make setup), dpkg-dev and python3 (installed when missing); the Maintainer field of the .deb is
 # $DEB_MAINTAINER when set.
 set -euo pipefail
 
@@ -35,10 +35,12 @@ sudo_if_needed() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-if ! command -v dpkg-shlibdeps >/dev/null || ! command -v strip >/dev/null; then
-    echo "package: installing dpkg-dev and binutils"
+if ! command -v dpkg-shlibdeps >/dev/null || ! command -v strip >/dev/null \
+    || ! command -v python3 >/dev/null; then
+    echo "package: installing dpkg-dev, binutils and python3"
     sudo_if_needed apt-get update -qq
-    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev binutils
+    sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dpkg-dev binutils \
+        python3
 fi
 
 default_pg_configs() {

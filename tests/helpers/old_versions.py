@@ -86,7 +86,12 @@ def install_old_scripts():
             text = old_sql(name).read_bytes()
             target = EXTENSION_DIR / name
             if not target.exists() or target.read_bytes() != text:
-                write_whole(target, text)
+                if os.access(EXTENSION_DIR, os.W_OK):
+                    write_whole(target, text)
+                else:
+                    # As make install does where the folder is root's (Debian's PostgreSQL).
+                    subprocess.run(["sudo", "install", "-m", "644", old_sql(name), target],
+                                   check=True)
 
 
 def write_whole(path, data):

@@ -575,7 +575,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             Readiness::Outdated if remote => (
                 LeaseProblem::NoExtension,
                 format!(
-                    "waiting for the lease store in cosid.lease_store to be updated: it has an older version's protocol than this server's cosid {version}; run the store's update script (sql/lease_store--<old>--<new>.sql) there"
+                    "waiting for the lease store in cosid.lease_store to be updated: it has an older version's protocol than this server's cosid {version}; run the store's update scripts there (lease_store--<old>--<new>.sql, in contrib/cosid/ of PostgreSQL's share directory when installed from a package, or made into target/sql/ by make sql)"
                 ),
             ),
             Readiness::Outdated => (
