@@ -2,15 +2,17 @@
 //!
 //! `_PG_init` only wires the pieces together. The pure logic is the `cosid-core` crate (`core/`);
 //! the server side, from the bottom up: `host` (the machine), `settings`, `local_state` (the state
-//! file), `shmem` (the shared segment), `clock`, `store` (the lease protocol's two transports),
-//! `worker` (the lease worker and the state writer) and `sql` (the SQL surface). A module uses
-//! only the ones before it; `error` is used by all.
+//! file), `shmem` (the shared segment), `history` (the default generator's), `opening` (how a
+//! generator is opened, and what is special about the default one), `clock`, `store` (the lease
+//! protocol's two transports), `worker` (the workers that run the generators) and `sql` (the SQL
+//! surface). A module uses only the ones before it; `error` is used by all.
 
 mod clock;
 mod error;
 mod history;
 mod host;
 mod local_state;
+mod opening;
 mod settings;
 mod shmem;
 mod sql;
@@ -64,7 +66,7 @@ pub extern "C-unwind" fn _PG_init() {
         settings::MachineSource::Leased(_) => worker::lease::register(),
         settings::MachineSource::Fixed(_) => {
             worker::state::register();
-            worker::named::register();
+            worker::generators::register();
         }
     }
     // pg_upgrade drops and creates the new cluster's empty databases, cosid.database too, then
@@ -72,7 +74,7 @@ pub extern "C-unwind" fn _PG_init() {
     if !binary_upgrade {
         sql::install_drop_guard();
     }
-    shmem::init();
+    shmem::init(opening::open_default);
 }
 
 /// pgrx raises an error that crossed a function of ours (an SPI call's, say) again with the Rust

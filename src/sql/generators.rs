@@ -2,7 +2,7 @@
 //! functions that take a generator's name as their last argument.
 //!
 //! The definitions are rows of `cosid.generator` in `cosid.database`; the worker that manages
-//! named generators (see `worker::named`) reads them and publishes each in a slot of shared
+//! named generators (see `worker::runner`) reads them and publishes each in a slot of shared
 //! memory, where backends of every database find it by name. These functions check a
 //! definition completely before they write it, so that the worker only ever reads good rows.
 
@@ -722,10 +722,9 @@ fn check_room(
     sequence_reset_threshold: Option<u32>,
     defined: usize,
 ) {
-    let Ok(slots) = shmem::all_slots() else {
+    let Ok(named) = shmem::named_slots(settings) else {
         return;
     };
-    let named = &slots[1..=settings.max_generators.min(shmem::MAX_GENERATORS - 1)];
     let definition =
         shmem::Definition::named(settings, name, namespace, *layout, sequence_reset_threshold);
     let reusable = named

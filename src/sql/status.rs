@@ -262,7 +262,7 @@ pub(super) fn status_rows() -> Vec<(String, StatusRow, StatusExtra)> {
             let stats = slot.state.stats();
             let open = slot.state.is_open();
             let last = layout.decompose(slot.state.last_word()).filter(|_| open);
-            let lease = &slot.lease;
+            let lease = &slot.status;
             let machine_id = last
                 .map(|parts| parts.machine_id)
                 .or_else(|| lease.held().map(|(machine_id, _)| machine_id))
@@ -300,7 +300,7 @@ pub(super) fn status_rows() -> Vec<(String, StatusRow, StatusExtra)> {
             let row = (
                 text_arg::ServerText(slot.namespace().to_string()),
                 slot.distributor().name().to_string(),
-                leased.then(|| slot.instance_id().to_string()),
+                leased.then(|| shmem::instance_id().to_string()),
                 lease.state().name().to_string(),
                 machine_id,
                 known_time(lease.expires_at_ms()),
