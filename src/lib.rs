@@ -2,10 +2,11 @@
 //!
 //! `_PG_init` only wires the pieces together. The pure logic is the `cosid-core` crate (`core/`);
 //! the server side, from the bottom up: `host` (the machine), `settings`, `local_state` (the state
-//! file), `shmem` (the shared segment), `clock`, `store` (the lease protocol's two transports),
-//! `worker` (the lease worker and the state writer), `sql` (the SQL surface) and `hook` (the
-//! utility hook: the guards of DROP EXTENSION and of `cosid.database`). A module uses
-//! only the ones before it; `error` is used by all.
+//! file), `shmem` (the shared segment), `history` (the default generator's), `opening` (how a
+//! generator is opened, and what is special about the default one), `clock`, `store` (the lease
+//! protocol's two transports), `worker` (the workers that run the generators), `sql` (the SQL
+//! surface) and `hook` (the utility hook: the guards of DROP EXTENSION and of `cosid.database`).
+//! A module uses only the ones before it; `error` is used by all.
 
 mod clock;
 mod error;
@@ -13,6 +14,7 @@ mod history;
 mod hook;
 mod host;
 mod local_state;
+mod opening;
 mod settings;
 mod shmem;
 mod sql;
@@ -66,7 +68,7 @@ pub extern "C-unwind" fn _PG_init() {
         settings::MachineSource::Leased(_) => worker::lease::register(),
         settings::MachineSource::Fixed(_) => {
             worker::state::register();
-            worker::named::register();
+            worker::generators::register();
         }
     }
     // pg_upgrade drops and creates the new cluster's empty databases, cosid.database too, then
@@ -74,7 +76,7 @@ pub extern "C-unwind" fn _PG_init() {
     if !binary_upgrade {
         hook::install();
     }
-    shmem::init();
+    shmem::init(opening::open_default);
 }
 
 /// pgrx raises an error that crossed a function of ours (an SPI call's, say) again with the Rust

@@ -192,10 +192,9 @@ pub(super) fn check_room(
     sequence_reset_threshold: Option<u32>,
     defined: usize,
 ) {
-    let Ok(slots) = shmem::all_slots() else {
+    let Ok(named) = shmem::named_slots(settings) else {
         return;
     };
-    let named = &slots[1..=settings.max_generators.min(shmem::MAX_GENERATORS - 1)];
     let definition =
         shmem::Definition::named(settings, name, namespace, *layout, sequence_reset_threshold);
     let reusable = named

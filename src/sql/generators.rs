@@ -4,7 +4,7 @@
 //! reads and writes, and what becomes of them at commit, in `generator_rows.rs`.
 //!
 //! The definitions are rows of `cosid.generator` in `cosid.database`; the worker that manages
-//! named generators (see `worker::named`) reads them and publishes each in a slot of shared
+//! named generators (see `worker::runner`) reads them and publishes each in a slot of shared
 //! memory, where backends of every database find it by name. These functions check a
 //! definition completely before they write it, so that the worker only ever reads good rows.
 

@@ -20,8 +20,8 @@ pub(super) fn recovery_in_progress() -> bool {
 /// role only the kind of problem, since the text of a store's error can name its host, port,
 /// user and database. Empty when there is none.
 pub(super) fn lease_error_for(slot: &shmem::GeneratorSlot, superuser: bool) -> String {
-    let text = slot.lease.last_error.load();
-    error_shown(&text, slot.lease.problem(), superuser)
+    let text = slot.status.last_error.load();
+    error_shown(&text, slot.status.problem(), superuser)
 }
 
 pub(super) fn error_shown(text: &str, problem: LeaseProblem, superuser: bool) -> String {
@@ -46,7 +46,7 @@ pub(super) fn renewed_text(snapshot: &LeaseSnapshot) -> Option<String> {
 /// The lease's state in sentences, for the DETAIL of a refusal, which any caller of
 /// `cosid_next()` reads.
 pub(super) fn lease_situation(slot: &shmem::GeneratorSlot) -> String {
-    let snapshot = slot.lease.snapshot();
+    let snapshot = slot.status.snapshot();
     let last_error = error_shown(&snapshot.last_error, snapshot.problem, is_superuser());
     cosid_core::lease::situation(
         snapshot.state,
@@ -65,7 +65,7 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
             .detail(why.detail())
             .hint(why.hint());
     }
-    let snapshot = slot.lease.snapshot();
+    let snapshot = slot.status.snapshot();
     if snapshot.problem == LeaseProblem::StateFile {
         return state_file_error(slot, &snapshot.last_error);
     }
@@ -211,7 +211,7 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
     }
     const SETTINGS: &str = "cosid.namespace, cosid.epoch, cosid.time_unit, cosid.timestamp_bits, \
                             cosid.machine_bits and cosid.sequence_bits";
-    if slot.lease.problem() == LeaseProblem::HistoryFile {
+    if slot.status.problem() == LeaseProblem::HistoryFile {
         // The file's path and the system's error name the data directory: superusers only.
         // SAFETY: superuser() only reads the current user's role, which every backend has.
         let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
@@ -239,7 +239,7 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                 }),
         );
     }
-    if slot.lease.problem() == LeaseProblem::History {
+    if slot.status.problem() == LeaseProblem::History {
         // SAFETY: superuser() only reads the current user's role, which every backend has.
         let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
         let settings = settings::server()?;
@@ -335,7 +335,7 @@ pub(super) fn generate_error(slot: &shmem::GeneratorSlot, why: GenerateError) ->
         }
         GenerateError::DeadlinePassed => {
             let of_machine_id = slot
-                .lease
+                .status
                 .held()
                 .map(|(machine_id, _)| format!(" of machine id {machine_id}"))
                 .unwrap_or_default();

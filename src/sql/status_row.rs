@@ -292,7 +292,7 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
             let stats = slot.state.stats();
             let open = slot.state.is_open();
             let last = layout.decompose(slot.state.last_word()).filter(|_| open);
-            let lease = &slot.lease;
+            let lease = &slot.status;
             let machine_id = last
                 .map(|parts| parts.machine_id)
                 .or_else(|| lease.held().map(|(machine_id, _)| machine_id))
@@ -320,7 +320,7 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
                 name: slot.name().to_string(),
                 namespace: text_arg::ServerText(slot.namespace().to_string()),
                 distributor: slot.distributor().name().to_string(),
-                instance_id: leased.then(|| slot.instance_id().to_string()),
+                instance_id: leased.then(|| shmem::instance_id().to_string()),
                 state: lease.state().name().to_string(),
                 machine_id,
                 expires_at: known_time(lease.expires_at_ms()),

@@ -1,15 +1,20 @@
-//! cosid's background workers, and what they share: registration, signals, waits and the exit.
+//! cosid's background workers, and what they share: registration, signals, waits, the main loop
+//! and the exit. Every generator is run by [`runner`], in one of three workers:
 //!
-//! - [`lease`]: leases the default generator's machine id (`cosid.distributor = lease`).
-//! - [`state`]: keeps the durable floor of a fixed machine id (`manual`, `stateful_set`).
+//! - [`lease`]: every generator, with leased machine ids (`cosid.distributor = lease`).
+//! - [`state`]: the default generator, with a fixed machine id (`manual`, `stateful_set`).
+//! - [`generators`]: the named generators, with a fixed machine id.
 //!
-//! - [`named`]: the named generators; in the lease worker, or with a fixed machine id in the
-//!   generators worker.
-//!
-//! Exactly one of the first two runs, and it alone puts reloaded clock thresholds in force.
+//! The first two are the slot 0 workers: exactly one of them runs, and it alone puts reloaded
+//! clock thresholds in force.
 
+mod backoff;
+mod definitions;
+mod env;
+mod floor;
+pub mod generators;
 pub mod lease;
-pub mod named;
+mod runner;
 pub mod state;
 
 use crate::host::boottime_ms;
@@ -18,6 +23,8 @@ use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
 use pgrx::pg_sys;
+use pgrx::prelude::*;
+use runner::Generators;
 use std::time::Duration;
 
 /// Registers a worker of this library; only while preloading. A worker that ends with exit
@@ -90,22 +97,70 @@ fn sleep_unless_shutdown(ms: u64) {
     }
 }
 
-/// Puts the clock thresholds of this process's settings in force for every backend: at the
-/// worker's start and after each reload. A combination the server would refuse at start is
-/// ignored, and the thresholds in force stay; the error is the line to log.
-fn apply_clock_thresholds() -> Result<(), String> {
-    match settings::clock_thresholds() {
-        Ok(policy) => {
-            shmem::set_backwards_policy(policy);
-            Ok(())
+/// Runs the generators until the server shuts down or the postmaster dies: each is stepped when
+/// due, and at shutdown stopped. A slot 0 worker also puts the clock thresholds in force, at its
+/// start and after each reload.
+fn run(generators: &mut Generators, sets_thresholds: bool) -> ! {
+    let mut thresholds = Thresholds { ignored: None };
+    if sets_thresholds {
+        thresholds.apply();
+    }
+    loop {
+        if reload_if_signalled() {
+            if sets_thresholds {
+                thresholds.apply();
+            }
+            generators.reload(settings::lease_timing());
         }
-        Err(why) => {
-            let kept = shmem::backwards_policy();
-            Err(format!(
-                "cosid: ignoring the reloaded clock thresholds: {why}; keeping spin {} ms and \
-                 broken {} ms",
-                kept.spin_threshold_ms, kept.broken_threshold_ms
-            ))
+        if shutdown_requested() {
+            break;
         }
+        generators.step();
+        let wait = generators
+            .next_wake_ms()
+            .saturating_sub(boottime_ms())
+            .clamp(10, 1_000);
+        if !wait_latch_ms(wait) {
+            break;
+        }
+    }
+    // Stop and release on SIGTERM; when the postmaster died there is nothing to release to.
+    if shutdown_requested() {
+        generators.shutdown();
+    }
+    // Restarted if it was terminated on its own.
+    exit_worker();
+}
+
+/// The clock thresholds of this process's settings, put in force for every backend. A
+/// combination the server would refuse at start is ignored, and the thresholds in force stay;
+/// that is logged once, until the settings change.
+struct Thresholds {
+    ignored: Option<String>,
+}
+
+impl Thresholds {
+    fn apply(&mut self) {
+        let ignored = match settings::clock_thresholds() {
+            Ok(policy) => {
+                shmem::set_backwards_policy(policy);
+                None
+            }
+            Err(why) => {
+                let kept = shmem::backwards_policy();
+                Some(format!(
+                    "cosid: ignoring the reloaded clock thresholds: {why}; keeping spin {} ms and \
+                     broken {} ms",
+                    kept.spin_threshold_ms, kept.broken_threshold_ms
+                ))
+            }
+        };
+        if let Some(line) = ignored
+            .as_ref()
+            .filter(|line| self.ignored.as_ref() != Some(*line))
+        {
+            warning!("{line}");
+        }
+        self.ignored = ignored;
     }
 }

@@ -19,7 +19,7 @@ use std::fmt;
 pub mod session;
 pub mod status;
 
-pub use status::{AtomicText, LeaseProblem, LeaseSnapshot, LeaseStatus, UNKNOWN_TIME};
+pub use status::{AtomicText, GeneratorStatus, LeaseProblem, LeaseSnapshot, UNKNOWN_TIME};
 
 /// The states a lease goes through, as the status view shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -389,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_after_a_claim_shows_what_the_claim_cleared() {
-        let status = LeaseStatus::new();
+        let status = GeneratorStatus::new();
         status.set_state(LeaseState::Claiming);
         status.set_problem(LeaseProblem::StoreError);
         status.last_error.store("the store failed");

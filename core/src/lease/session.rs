@@ -1,9 +1,9 @@
 //! The lease session: every decision of the lease worker, with no PostgreSQL call, in the way
 //! CosId separates its guarder (the schedule) from its distributor (claim, guard, revert). The
-//! worker (`src/worker/lease.rs`) only schedules [`Session::step`], reloads the timings and
+//! worker (`src/worker/runner.rs`) only schedules [`Session::step`], reloads the timings and
 //! calls [`Session::shutdown`]; this module decides what to claim, renew, give back and release,
 //! enforces the deadline and watermark rules of [`super`], and says what happened in the
-//! lease's [`LeaseStatus`] and the log.
+//! lease's [`GeneratorStatus`] and the log.
 //!
 //! The session reaches the outside world through two seams, so that it is unit-tested with a
 //! scripted store and a scripted clock: a [`LeaseStore`] carries the protocol's calls, and an
@@ -35,7 +35,9 @@
 //! - At shutdown the generator is closed first, then the machine id released with the exact last
 //!   timestamp issued.
 
-use super::{watermark_wait, LeaseProblem, LeaseState, LeaseStatus, LeaseTiming, WatermarkWait};
+use super::{
+    watermark_wait, GeneratorStatus, LeaseProblem, LeaseState, LeaseTiming, WatermarkWait,
+};
 use crate::generator::GeneratorState;
 use crate::layout::{format_unix_ms, Layout};
 use crate::protocol::{ClaimOutcome, ClaimedHow, Holder, LeaseStore, Readiness};
@@ -125,13 +127,13 @@ struct PendingRelease {
 #[derive(Clone, Copy)]
 pub struct Slot<'a> {
     pub generator: &'a GeneratorState,
-    pub status: &'a LeaseStatus,
+    pub status: &'a GeneratorStatus,
     pub layout: Layout,
 }
 
 pub struct Session<'a, S: LeaseStore, E: Env> {
     generator: &'a GeneratorState,
-    status: &'a LeaseStatus,
+    status: &'a GeneratorStatus,
     layout: Layout,
     holder: Holder,
     /// `cosid.database`, named in the messages about a store in it.
@@ -320,7 +322,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     }
 
     fn set_problem(&mut self, state: LeaseState, problem: LeaseProblem, text: String) {
-        // The state last: a reader that sees it sees its problem and text (LeaseStatus::snapshot).
+        // The state last: a reader that sees it sees its problem and text (GeneratorStatus::snapshot).
         self.status.last_error.store(&text);
         self.status.set_problem(problem);
         self.status.set_state(state);
@@ -1013,14 +1015,14 @@ mod tests {
     /// The shared memory a session drives, as backends would see it.
     struct Shared {
         generator: GeneratorState,
-        status: LeaseStatus,
+        status: GeneratorStatus,
     }
 
     impl Shared {
         fn new() -> Shared {
             Shared {
                 generator: GeneratorState::closed(),
-                status: LeaseStatus::new(),
+                status: GeneratorStatus::new(),
             }
         }
 

@@ -1,7 +1,8 @@
-//! What a lease looks like from outside its session: the state, the problem that stops
-//! generation, the machine id and claim held, the store-clock times, and the last error's text.
-//! It lives in shared memory inside each generator's slot; one process writes it (the lease
-//! worker, through [`super::session`]) and any process reads it, without a lock.
+//! What a generator looks like from outside the process that runs it: the state, the problem
+//! that stops generation, and the last error's text, for every generator; for a leased one also
+//! the machine id and claim held and the store-clock times. It lives in shared memory inside
+//! each generator's slot; one process writes it (the worker that runs the generator, through
+//! [`super::session`] when it is leased) and any process reads it, without a lock.
 //!
 //! Every field is an atomic. Single values are stored `Release` and loaded `Acquire`; the text is
 //! a sequence lock over atomic words: the writer makes the version odd, writes, makes it even; a
@@ -9,7 +10,7 @@
 //! `Relaxed`: they are shown, never acted on.
 
 use super::LeaseState;
-use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
 
 /// Text that one process writes and any reads, without a lock (see the protocol above).
 #[repr(C)]
@@ -149,9 +150,10 @@ impl LeaseProblem {
     }
 }
 
-/// The lease of a slot whose machine id is leased, as the worker last saw it.
+/// A generator's status, as the worker that runs it last saw it: a fixed machine id's uses the
+/// state, the problem and the text only.
 #[repr(C)]
-pub struct LeaseStatus {
+pub struct GeneratorStatus {
     state: AtomicU8,
     problem: AtomicU8,
     /// The machine id held, or -1.
@@ -163,9 +165,6 @@ pub struct LeaseStatus {
     last_renewed_at_ms: AtomicI64,
     /// The watermark last written to the store, Unix ms.
     watermark_ms: AtomicI64,
-    /// Lease workers started since the worker last connected to `cosid.database`: a worker that
-    /// cannot connect ends with a FATAL error, and the next one waits longer before trying.
-    pub connect_attempts: AtomicU32,
     /// The lease timings in force (the worker's, after its checks of every reload), in ms;
     /// 0 until the worker has started.
     safe_guard_ms: AtomicU64,
@@ -186,9 +185,9 @@ pub struct LeaseSnapshot {
     pub last_error: String,
 }
 
-impl LeaseStatus {
-    pub const fn new() -> LeaseStatus {
-        LeaseStatus {
+impl GeneratorStatus {
+    pub const fn new() -> GeneratorStatus {
+        GeneratorStatus {
             state: AtomicU8::new(LeaseState::Claiming as u8),
             problem: AtomicU8::new(LeaseProblem::None as u8),
             machine_id: AtomicI32::new(-1),
@@ -196,7 +195,6 @@ impl LeaseStatus {
             expires_at_ms: AtomicI64::new(UNKNOWN_TIME),
             last_renewed_at_ms: AtomicI64::new(UNKNOWN_TIME),
             watermark_ms: AtomicI64::new(UNKNOWN_TIME),
-            connect_attempts: AtomicU32::new(0),
             safe_guard_ms: AtomicU64::new(0),
             guarder_delay_ms: AtomicU64::new(0),
             last_error: AtomicText::new(),
@@ -277,9 +275,9 @@ impl<const WORDS: usize> Default for AtomicText<WORDS> {
     }
 }
 
-impl Default for LeaseStatus {
+impl Default for GeneratorStatus {
     fn default() -> Self {
-        LeaseStatus::new()
+        GeneratorStatus::new()
     }
 }
 
@@ -303,7 +301,7 @@ mod tests {
 
     #[test]
     fn status_round_trips() {
-        let status = LeaseStatus::new();
+        let status = GeneratorStatus::new();
         assert_eq!(status.state(), LeaseState::Claiming);
         assert_eq!(status.held(), None);
         assert_eq!(status.timing_ms(), None);

@@ -3,15 +3,15 @@
 //!
 //! # Protocol
 //!
-//! *Layout of the segment.* [`SharedState`] holds [`MAX_GENERATORS`] slots; slot 0 is the
+//! *Layout of the segment.* [`SharedState`] holds [`SLOT_COUNT`] slots; slot 0 is the
 //! server's default generator, the one `cosid_next()` uses. Named generators
 //! (`cosid_create_generator`) take the others, up to `cosid.max_generators`, so adding them needs
 //! no new segment.
 //!
-//! *Slots and their phase.* A slot's [`Definition`] (name, namespace, layout, distributor,
-//! instance id) is written while the slot is [`Phase::Free`], and never again until the segment
+//! *Slots and their phase.* A slot's [`Definition`] (name, namespace, layout, distributor) is
+//! written while the slot is [`Phase::Free`], and never again until the segment
 //! is rebuilt. Slot 0's is written by the postmaster in the startup hook, before any backend
-//! exists; a named slot's by the one process that manages named generators (`worker::named`),
+//! exists; a named slot's by the one process that manages named generators (`worker::runner`),
 //! which then stores the phase `Live` with `Release`. Readers load the phase with `Acquire`
 //! before they read a definition, so they see it whole. A live slot is dropped by a
 //! compare-and-swap `Live` → `Dropped` (the backend whose drop committed, or the managing
@@ -22,7 +22,7 @@
 //! slots while one is live, and the cached slot is checked to be live on every call.
 //!
 //! *Lock-free state.* Everything that changes while the server runs is an atomic inside
-//! [`GeneratorState`]: the state word (the last id issued, with the closed bit), the tick bound and
+//! `GeneratorState`: the state word (the last id issued, with the closed bit), the tick bound and
 //! the counters. No LWLock or spinlock is taken on any path.
 //!
 //! - Issuing an id is a compare-and-swap of the state word, `AcqRel` on success, `Acquire` on
@@ -40,7 +40,7 @@
 //! - The clock thresholds in force are one packed word (see [`SharedState`]), written by the
 //!   postmaster and then by the slot 0 worker only, after it checked them together.
 //!
-//! *The lease.* Only the background worker writes a slot's [`LeaseStatus`] (one writer, so no
+//! *The status.* Only the background worker writes a slot's `GeneratorStatus` (one writer, so no
 //! lock); backends read it for errors and the status view. Its text field is a sequence lock over
 //! atomic words: the writer makes the version odd, writes, makes it even; a reader retries until it
 //! saw the same even version before and after copying.
@@ -53,269 +53,32 @@
 //! meanwhile is covered by the lease watermark, or for a fixed machine id by the floor in the
 //! local state file (`local_state.rs`).
 
+mod slot;
+
+pub use slot::{Definition, GeneratorSlot, Phase, DEFAULT_NAME};
+
 use crate::error::CosidError;
-use crate::settings::{
-    MachineSource, ServerSettings, MAX_GENERATOR_NAME_LEN, MAX_INSTANCE_ID_LEN,
-    MAX_NAMED_GENERATORS, MAX_NAMESPACE_LEN,
-};
-use crate::{host, local_state};
-use cosid_core::distributor::DistributorKind;
-use cosid_core::generator::{
-    default_sequence_reset_threshold, BackwardsPolicy, GeneratorConfig, GeneratorState,
-};
-use cosid_core::layout::Layout;
-use cosid_core::lease::{self, LeaseProblem, LeaseState, LeaseStatus};
-pub use cosid_core::registry::Phase;
+use crate::host;
+use crate::settings::{MachineSource, ServerSettings, MAX_INSTANCE_ID_LEN, MAX_NAMED_GENERATORS};
+use cosid_core::generator::BackwardsPolicy;
+use cosid_core::lease;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
 
-/// How many generators one server can hold: the default one and the named ones.
-pub const MAX_GENERATORS: usize = 1 + MAX_NAMED_GENERATORS;
-pub const DEFAULT_GENERATOR: usize = 0;
-/// The default generator's name, for the functions that take one.
-pub const DEFAULT_NAME: &str = "default";
-
-/// What a generator is: written into a slot once, before the slot leaves [`Phase::Free`], and
-/// never changed until the segment is rebuilt.
-#[derive(Clone, Copy)]
-#[repr(C)]
-pub struct Definition {
-    pub config: GeneratorConfig,
-    name_len: u8,
-    name: [u8; MAX_GENERATOR_NAME_LEN],
-    namespace_len: u8,
-    namespace: [u8; MAX_NAMESPACE_LEN],
-    instance_id_len: u8,
-    instance_id: [u8; MAX_INSTANCE_ID_LEN],
-    distributor: DistributorKind,
-}
-
-fn copy_text<const N: usize>(text: &str, into: &mut [u8; N]) -> u8 {
-    // Callers checked the lengths; a longer text is cut at a character boundary, never spilled.
-    let mut len = text.len().min(N);
-    while !text.is_char_boundary(len) {
-        len -= 1;
-    }
-    into[..len].copy_from_slice(&text.as_bytes()[..len]);
-    len as u8
-}
-
-impl Definition {
-    pub fn new(
-        name: &str,
-        namespace: &str,
-        config: GeneratorConfig,
-        distributor: DistributorKind,
-        instance_id: &str,
-    ) -> Definition {
-        let mut definition = Definition {
-            config,
-            name_len: 0,
-            name: [0; MAX_GENERATOR_NAME_LEN],
-            namespace_len: 0,
-            namespace: [0; MAX_NAMESPACE_LEN],
-            instance_id_len: 0,
-            instance_id: [0; MAX_INSTANCE_ID_LEN],
-            distributor,
-        };
-        definition.name_len = copy_text(name, &mut definition.name);
-        definition.namespace_len = copy_text(namespace, &mut definition.namespace);
-        definition.instance_id_len = copy_text(instance_id, &mut definition.instance_id);
-        definition
-    }
-
-    /// A named generator's definition on this server: the server's distributor and instance id,
-    /// with its own name, namespace, layout and sequence reset threshold (without one, CosId's
-    /// for its layout: half its maximum sequence).
-    pub fn named(
-        settings: &ServerSettings,
-        name: &str,
-        namespace: &str,
-        layout: Layout,
-        sequence_reset_threshold: Option<u32>,
-    ) -> Definition {
-        let config = GeneratorConfig {
-            layout,
-            sequence_reset_threshold: sequence_reset_threshold
-                .unwrap_or_else(|| default_sequence_reset_threshold(&layout)),
-        };
-        let instance_id = match all_slots() {
-            Ok(slots) => slots[DEFAULT_GENERATOR].instance_id(),
-            Err(_) => "",
-        };
-        Definition::new(name, namespace, config, settings.distributor, instance_id)
-    }
-
-    pub fn name_bytes(&self) -> &[u8] {
-        &self.name[..usize::from(self.name_len)]
-    }
-
-    pub fn name(&self) -> &str {
-        std::str::from_utf8(self.name_bytes()).unwrap_or("?")
-    }
-
-    pub fn namespace(&self) -> &str {
-        std::str::from_utf8(&self.namespace[..usize::from(self.namespace_len)]).unwrap_or("?")
-    }
-
-    /// The instance id this generator leases under; empty when it does not lease.
-    pub fn instance_id(&self) -> &str {
-        std::str::from_utf8(&self.instance_id[..usize::from(self.instance_id_len)]).unwrap_or("?")
-    }
-
-    pub fn distributor(&self) -> DistributorKind {
-        self.distributor
-    }
-
-    /// Whether `other` would generate exactly the same ids: a dropped slot is only reused by the
-    /// same definition (see the protocol).
-    pub fn same_as(&self, other: &Definition) -> bool {
-        self.config == other.config
-            && self.name_bytes() == other.name_bytes()
-            && self.namespace() == other.namespace()
-    }
-}
-
-#[repr(C)]
-pub struct GeneratorSlot {
-    pub state: GeneratorState,
-    pub lease: LeaseStatus,
-    phase: AtomicU32,
-    definition: UnsafeCell<Definition>,
-}
-
-// SAFETY: the definition is written only while the slot is `Free`, by its one writer, and read
-// only after a reader saw a phase other than `Free` (`Acquire`, paired with the writer's
-// `Release`); everything else is atomic.
-unsafe impl Sync for GeneratorSlot {}
-
-impl GeneratorSlot {
-    fn unused(config: GeneratorConfig) -> GeneratorSlot {
-        GeneratorSlot {
-            state: GeneratorState::closed(),
-            lease: LeaseStatus::new(),
-            phase: AtomicU32::new(Phase::Free as u32),
-            definition: UnsafeCell::new(Definition::new(
-                "",
-                "",
-                config,
-                DistributorKind::Manual,
-                "",
-            )),
-        }
-    }
-
-    pub fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::Acquire) {
-            1 => Phase::Live,
-            2 => Phase::Dropped,
-            _ => Phase::Free,
-        }
-    }
-
-    /// Opens a generator of a fixed machine id above the floor its state file records. A file
-    /// that cannot be read exactly leaves the generator closed: `cosid_next()` refuses and says
-    /// why, and the file is left as it is. So does a machine id the layout refuses: a wrong id is
-    /// never issued.
-    pub fn open_above_state_file(&self, file: &str, machine_id: u32) {
-        let layout = self.config().layout;
-        match local_state::fixed_floor_ticks(file, &layout, self.namespace(), machine_id) {
-            Ok(floor_ticks) => match self.state.open(&layout, machine_id, floor_ticks) {
-                Ok(()) => {
-                    self.lease.set_problem(LeaseProblem::None);
-                    self.lease.set_state(LeaseState::Up);
-                }
-                Err(why) => {
-                    self.lease.set_state(LeaseState::Stopped);
-                    self.lease.last_error.store(&why.to_string());
-                }
-            },
-            Err(unusable) => {
-                self.lease.set_problem(LeaseProblem::StateFile);
-                self.lease.last_error.store(&unusable.to_string());
-                self.lease.set_state(LeaseState::Stopped);
-            }
-        }
-    }
-
-    pub fn is_live(&self) -> bool {
-        self.phase.load(Ordering::Acquire) == Phase::Live as u32
-    }
-
-    /// The slot's definition. Only for a slot whose phase was seen not to be `Free`: every slot
-    /// handed out by this module is one.
-    pub fn definition(&self) -> &Definition {
-        // SAFETY: see `unsafe impl Sync`: the slot left `Free` before it was handed out, so its
-        // definition is written and stays as it is.
-        unsafe { &*self.definition.get() }
-    }
-
-    pub fn config(&self) -> &GeneratorConfig {
-        &self.definition().config
-    }
-
-    pub fn name(&self) -> &str {
-        self.definition().name()
-    }
-
-    pub fn namespace(&self) -> &str {
-        self.definition().namespace()
-    }
-
-    pub fn instance_id(&self) -> &str {
-        self.definition().instance_id()
-    }
-
-    pub fn distributor(&self) -> DistributorKind {
-        self.definition().distributor()
-    }
-
-    /// Gives a `Free` slot its definition and makes it live. Only the one process that manages
-    /// named generators calls this.
-    pub fn publish(&self, definition: Definition) {
-        if self.phase() != Phase::Free {
-            return;
-        }
-        // SAFETY: the slot is `Free`, so no reader looks at its definition, and only the one
-        // managing process writes it; the `Release` store below publishes the write.
-        unsafe { *self.definition.get() = definition };
-        self.phase.store(Phase::Live as u32, Ordering::Release);
-    }
-
-    /// Makes a dropped slot live again, with the definition it had.
-    pub fn revive(&self) {
-        let _ = self.phase.compare_exchange(
-            Phase::Dropped as u32,
-            Phase::Live as u32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-    }
-
-    /// Stops a live generator at once: backends refuse it from now on, and the managing process
-    /// releases its machine id. True when this call dropped it.
-    pub fn drop_generator(&self) -> bool {
-        let dropped = self
-            .phase
-            .compare_exchange(
-                Phase::Live as u32,
-                Phase::Dropped as u32,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok();
-        if dropped {
-            self.state.close();
-        }
-        dropped
-    }
-}
+/// How many slots the segment has: the default generator's and one per named generator.
+pub const SLOT_COUNT: usize = 1 + MAX_NAMED_GENERATORS;
+/// The default generator's slot.
+const DEFAULT_SLOT: usize = 0;
 
 #[repr(C)]
 pub struct SharedState {
-    pub slots: [GeneratorSlot; MAX_GENERATORS],
+    pub slots: [GeneratorSlot; SLOT_COUNT],
+    /// The instance id under which this server leases (every generator the same); empty when
+    /// it does not lease. Written before the segment exists, never changed.
+    instance_id_len: u8,
+    instance_id: [u8; MAX_INSTANCE_ID_LEN],
     /// The clock step back thresholds in force, packed into one word so that a reader never sees
     /// half of a change: the spin threshold in the high 32 bits, the broken one in the low. The
     /// postmaster writes the ones the server started with; after that only the slot 0 worker
@@ -325,8 +88,9 @@ pub struct SharedState {
     /// Set once the managing process has read the named generators' definitions since the
     /// segment was built: until then, a name not found may be one not loaded yet.
     definitions_loaded: AtomicBool,
-    /// Failed starts of the generators worker in a row, for its back-off.
-    generators_connect_attempts: AtomicU32,
+    /// Failed connections to `cosid.database` in a row, for the back-off of the worker that
+    /// connects there (the lease worker or the generators worker: never both on one server).
+    connect_attempts: AtomicU32,
     /// Set by a backend whose change of the definitions committed; the managing process reads
     /// them at once instead of at its next poll.
     definitions_changed: AtomicBool,
@@ -376,32 +140,40 @@ static SHARED: PgAtomic<SharedState> = unsafe { PgAtomic::new(c"cosid_generators
 /// Set in the postmaster when the library is preloaded; inherited by every backend it forks.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
+/// How the postmaster opens the default generator in a fresh segment (`opening.rs`): handed in
+/// by `_PG_init`, so that this module does no file I/O and knows nothing of the history.
+static OPEN_DEFAULT: OnceLock<fn(&GeneratorSlot, &ServerSettings)> = OnceLock::new();
+
 /// Requests the segment and installs the hook that fills it. Only while preloading, after the
 /// server-start settings were kept (`settings::keep_server`): the hook rebuilds the segment
-/// from them after a crash.
-pub fn init() {
+/// from them after a crash, and opens the default generator with `open_default`.
+pub fn init(open_default: fn(&GeneratorSlot, &ServerSettings)) {
+    let _ = OPEN_DEFAULT.set(open_default);
     pg_shmem_init!(SHARED = fresh_state());
     PRELOADED.store(true, Ordering::Release);
 }
 
 /// The segment's contents at every (re)initialisation: runs in the postmaster's startup hook.
+/// Slot 0 is published as the default generator and opened before any backend exists.
 fn fresh_state() -> SharedState {
     let settings =
         crate::settings::server().expect("settings are kept before shared memory is requested");
     let mut state = SharedState {
         slots: std::array::from_fn(|_| GeneratorSlot::unused(settings.config)),
+        instance_id_len: 0,
+        instance_id: [0; MAX_INSTANCE_ID_LEN],
         backwards: AtomicU64::new(pack_policy(settings.backwards)),
         definitions_loaded: AtomicBool::new(false),
-        generators_connect_attempts: AtomicU32::new(0),
+        connect_attempts: AtomicU32::new(0),
         definitions_changed: AtomicBool::new(false),
         manager_pid: AtomicI32::new(0),
         creations_committed: AtomicU64::new(0),
         creations_published: AtomicU64::new(0),
     };
-    let instance_id = match &settings.machine {
+    if let MachineSource::Leased(lease_settings) = &settings.machine {
         // A fresh identity at every initialisation: after a crash, the old claim is somebody
         // else's until it expires.
-        MachineSource::Leased(lease_settings) => match &lease_settings.instance_id {
+        let instance_id = match &lease_settings.instance_id {
             Some(id) => id.clone(),
             None => lease::default_instance_id(
                 &host::host_name(),
@@ -409,51 +181,13 @@ fn fresh_state() -> SharedState {
                 std::process::id(),
                 (!lease_settings.stable).then(host::random_u32),
             ),
-        },
-        _ => String::new(),
-    };
-    let slot = &mut state.slots[DEFAULT_GENERATOR];
-    *slot.definition.get_mut() = Definition::new(
-        DEFAULT_NAME,
-        &settings.namespace,
-        settings.config,
-        settings.distributor,
-        &instance_id,
-    );
-    *slot.phase.get_mut() = Phase::Live as u32;
-    if !matches!(settings.machine, MachineSource::Missing(_)) {
-        let layout = settings.config.layout;
-        let opening = crate::history::open_default(&settings.namespace, &layout);
-        let opening_is_unusable = matches!(opening, crate::history::Opening::Unusable(_));
-        match opening {
-            crate::history::Opening::Generate(floor_ms) => {
-                if let Some(ticks) = floor_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok()) {
-                    slot.state.set_history_floor(ticks);
-                }
-            }
-            crate::history::Opening::Refuse(why) | crate::history::Opening::Unusable(why) => {
-                // Never opened: neither the state writer nor the lease worker opens it, and a
-                // floor past the layout's last tick keeps any opening from issuing.
-                slot.state.set_history_floor(u64::MAX);
-                slot.lease.set_problem(if opening_is_unusable {
-                    LeaseProblem::HistoryFile
-                } else {
-                    LeaseProblem::History
-                });
-                slot.lease.last_error.store(&why);
-                slot.lease.set_state(LeaseState::Stopped);
-                return state;
-            }
-        }
+        };
+        state.instance_id_len = slot::copy_text(&instance_id, &mut state.instance_id);
     }
-    match &settings.machine {
-        MachineSource::Fixed(machine_id) => {
-            // The machine id was checked against the layout with the settings. This hook may
-            // not raise: a refusal is reported through the status and cosid_next().
-            slot.open_above_state_file(&local_state::file_for(None), *machine_id);
-        }
-        MachineSource::Missing(_) => slot.lease.set_state(LeaseState::Stopped),
-        MachineSource::Leased(_) => slot.lease.set_state(LeaseState::Claiming),
+    let default = &state.slots[DEFAULT_SLOT];
+    default.publish(Definition::default_generator(settings));
+    if let Some(open_default) = OPEN_DEFAULT.get() {
+        open_default(default, settings);
     }
     state
 }
@@ -475,11 +209,17 @@ pub fn not_preloaded() -> CosidError {
 }
 
 /// Every slot of the segment, `Free` ones included: for the process that manages them.
-pub fn all_slots() -> Result<&'static [GeneratorSlot; MAX_GENERATORS], CosidError> {
+pub fn all_slots() -> Result<&'static [GeneratorSlot; SLOT_COUNT], CosidError> {
     if !is_preloaded() {
         return Err(not_preloaded());
     }
     Ok(&SHARED.get().slots)
+}
+
+/// The slots named generators may take: as many as `cosid.max_generators` allows.
+pub fn named_slots(settings: &ServerSettings) -> Result<&'static [GeneratorSlot], CosidError> {
+    let slots = all_slots()?;
+    Ok(&slots[DEFAULT_SLOT + 1..=settings.max_generators.min(MAX_NAMED_GENERATORS)])
 }
 
 /// Every generator that has a definition, live or dropped, the default one first.
@@ -489,13 +229,23 @@ pub fn generators() -> Result<impl Iterator<Item = &'static GeneratorSlot>, Cosi
         .filter(|slot| slot.phase() != Phase::Free))
 }
 
+/// The instance id under which this server leases; empty when it does not lease.
+pub fn instance_id() -> &'static str {
+    if !is_preloaded() {
+        return "";
+    }
+    let shared = SHARED.get();
+    std::str::from_utf8(&shared.instance_id[..usize::from(shared.instance_id_len)]).unwrap_or("?")
+}
+
 /// Whether the named generators' definitions were read since the segment was built.
 pub fn definitions_loaded() -> bool {
     is_preloaded() && SHARED.get().definitions_loaded.load(Ordering::Acquire)
 }
 
-pub fn generators_worker_connect_attempts() -> &'static AtomicU32 {
-    &SHARED.get().generators_connect_attempts
+/// Failed connections to `cosid.database` in a row (see [`SharedState`]).
+pub fn connect_attempts() -> &'static AtomicU32 {
+    &SHARED.get().connect_attempts
 }
 
 /// The managing process says where to wake it.
@@ -588,7 +338,7 @@ static LAST_LOOKUP: AtomicU8 = AtomicU8::new(0);
 pub fn live_generator(name: &[u8]) -> Result<Option<&'static GeneratorSlot>, CosidError> {
     let slots = all_slots()?;
     let is = |slot: &GeneratorSlot| slot.is_live() && slot.definition().name_bytes() == name;
-    let cached = &slots[usize::from(LAST_LOOKUP.load(Ordering::Relaxed)) % MAX_GENERATORS];
+    let cached = &slots[usize::from(LAST_LOOKUP.load(Ordering::Relaxed)) % SLOT_COUNT];
     if is(cached) {
         return Ok(Some(cached));
     }
@@ -605,5 +355,5 @@ pub fn default_generator() -> Result<&'static GeneratorSlot, CosidError> {
     if !is_preloaded() {
         return Err(not_preloaded());
     }
-    Ok(&SHARED.get().slots[DEFAULT_GENERATOR])
+    Ok(&SHARED.get().slots[DEFAULT_SLOT])
 }

@@ -1,0 +1,97 @@
+//! How a generator gets its machine id when nothing is leased, and how the default generator is
+//! opened in a fresh segment.
+//!
+//! Every generator, the default one included, is run by one runner (`worker::runner`). What
+//! stays special about the default one (slot 0, of the reserved name `default`) is all here:
+//! - The postmaster opens it, in the shared-memory startup hook, before any backend runs
+//!   ([`open_default`]): it has a history (`history.rs`) that can forbid its definition, and
+//!   with a fixed machine id no worker has to start for `cosid_next()` to work. No worker opens
+//!   it again.
+//! - With a fixed machine id its floor is written by the state writer, which connects to no
+//!   database, so that a `cosid.database` that does not exist stops the named generators only.
+//!   Its floor is written padded at shutdown too, and it is not closed: backends may still issue
+//!   ids until they are gone, and the history records its exact last one at the postmaster's
+//!   exit.
+//! - Its state file is the server's (`cosid.state`), not one named after its namespace.
+
+use crate::history::{self, Opening};
+use crate::local_state;
+use crate::settings::{MachineSource, ServerSettings};
+use crate::shmem::GeneratorSlot;
+use cosid_core::lease::{LeaseProblem, LeaseState};
+
+/// Opens the default generator in a fresh segment, in the postmaster's startup hook: above the
+/// floor its history sets, and with a fixed machine id above the floor of its state file. This
+/// hook may not raise: a refusal is reported through the status and `cosid_next()`.
+pub fn open_default(slot: &GeneratorSlot, settings: &ServerSettings) {
+    if !matches!(settings.machine, MachineSource::Missing(_)) {
+        let layout = settings.config.layout;
+        match history::open_default(&settings.namespace, &layout) {
+            Opening::Generate(floor_ms) => {
+                if let Some(ticks) = floor_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok()) {
+                    slot.state.set_history_floor(ticks);
+                }
+            }
+            Opening::Refuse(why) => return never_open(slot, LeaseProblem::History, &why),
+            Opening::Unusable(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
+        }
+    }
+    match &settings.machine {
+        MachineSource::Fixed(machine_id) => open_fixed(slot, *machine_id),
+        MachineSource::Missing(_) => slot.status.set_state(LeaseState::Stopped),
+        MachineSource::Leased(_) => slot.status.set_state(LeaseState::Claiming),
+    }
+}
+
+/// The default generator's history refuses its definition, or cannot be used: it is never
+/// opened. Neither the state writer nor the lease worker opens it, and a floor past the layout's
+/// last tick keeps any opening from issuing.
+fn never_open(slot: &GeneratorSlot, problem: LeaseProblem, why: &str) {
+    slot.state.set_history_floor(u64::MAX);
+    slot.status.set_problem(problem);
+    slot.status.last_error.store(why);
+    slot.status.set_state(LeaseState::Stopped);
+}
+
+/// The state file of a generator's namespace.
+pub fn state_file(slot: &GeneratorSlot) -> String {
+    if slot.is_default() {
+        local_state::file_for(None)
+    } else {
+        local_state::file_for(Some(slot.namespace()))
+    }
+}
+
+/// Opens a generator of a fixed machine id above the floor its state file records. A file that
+/// cannot be read exactly leaves the generator closed: `cosid_next()` refuses and says why, and
+/// the file is left as it is. So does a machine id the layout refuses: a wrong id is never
+/// issued.
+pub fn open_fixed(slot: &GeneratorSlot, machine_id: u32) {
+    let layout = slot.config().layout;
+    if let Err(why) = layout.check_machine_id(machine_id) {
+        slot.status.set_state(LeaseState::Stopped);
+        slot.status.last_error.store(&format!(
+            "the machine id does not fit generator \"{}\": {why}",
+            slot.name()
+        ));
+        return;
+    }
+    let file = state_file(slot);
+    match local_state::fixed_floor_ticks(&file, &layout, slot.namespace(), machine_id) {
+        Ok(floor_ticks) => match slot.state.open(&layout, machine_id, floor_ticks) {
+            Ok(()) => {
+                slot.status.set_problem(LeaseProblem::None);
+                slot.status.set_state(LeaseState::Up);
+            }
+            Err(why) => {
+                slot.status.set_state(LeaseState::Stopped);
+                slot.status.last_error.store(&why.to_string());
+            }
+        },
+        Err(unusable) => {
+            slot.status.set_problem(LeaseProblem::StateFile);
+            slot.status.last_error.store(&unusable.to_string());
+            slot.status.set_state(LeaseState::Stopped);
+        }
+    }
+}
