@@ -486,7 +486,7 @@ class Generators(ClusterTest):
             wait_ids(0, "before the restart")
             # Early in a second, so that the restarted server may lease again within the
             # second the last ids of 'sec' were issued in: it must not issue in that second.
-            wait_for(lambda: time.time() % 1 < 0.2, 2, "the start of a second")
+            wait_for(lambda: time.time() % 1 < 0.2, 5, "the start of a second")
             restarted_at = time.monotonic()
             cluster.restart()
             wait_generators_up(cluster, layouts)

@@ -450,7 +450,9 @@ class Hostile(ClusterTest):
             began = time.monotonic()
             server.stop(mode="fast")
             took = time.monotonic() - began
-            self.assertLess(took, 5.0, f"{server.name} took {took:.1f} s to stop")
+            # Well under the 10 s of a store call and the 30 s of a connection it must not wait
+            # out, with room for pg_ctl on a loaded machine.
+            self.assertLess(took, 8.0, f"{server.name} took {took:.1f} s to stop")
 
     # -- the review's findings: the protocol under a holder's credential ------------------------
 

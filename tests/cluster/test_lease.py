@@ -12,8 +12,8 @@ import time
 import unittest
 
 from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
-from helpers.leases import (DEADLINE_S, FAST_LEASES, fake_claim, lease_cluster, machine_of, status,
-                            try_next, ts_ms_of, wait_up)
+from helpers.leases import (DEADLINE_S, FAST_LEASES, fake_claim, lease_cluster, machine_of,
+                            restart_worker_behind, status, try_next, ts_ms_of, wait_up)
 from helpers.pgcluster import (PG_BIN, Cluster, ClusterTest, SqlError, as_postgres, free_port,
                                wait_for)
 
@@ -220,18 +220,9 @@ class Leases(ClusterTest):
         cluster.query("CREATE EXTENSION cosid")
         machine_id = int(wait_up(cluster)["machine_id"])
         before = int(cluster.query("SELECT cosid_next()"))
-        # The worker stops on its own: it releases, and is started again a second later.
-        cluster.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE backend_type = 'cosid lease worker'")
         # As if the last holder's clock ran 5 s ahead of this server's: written as soon as the
         # release is seen, before the worker is started again.
-        ahead_ms = int(wait_for(lambda: cluster.query(
-            "UPDATE cosid.machine_lease SET released_ms = "
-            "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 5000, "
-            "watermark_ms = greatest(watermark_ms, "
-            "(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 5000) "
-            f"WHERE machine_id = {machine_id} AND state = 'released' RETURNING released_ms"),
-            5, "the release"))
+        ahead_ms = restart_worker_behind(cluster, machine_id, 5000)
         behind = wait_for(lambda: status(cluster)["state"] == "CLOCK_BEHIND" and status(cluster),
                           5, "the worker to give the machine id back")
         self.assertIn(f"machine id {machine_id}", behind["last_error"])

@@ -329,7 +329,8 @@ class StateFileFailsClosed(unittest.TestCase):
         namespace = 'it\'s "q" \\ ünï 日本'
         cluster = self.cluster({"cosid.distributor": "manual", "cosid.machine_id": 5,
                                 "cosid.namespace": "'it''s \"q\" \\\\ ünï 日本'"})
-        floor_ms = int(time.time() * 1000) + 3_000
+        # Far enough ahead that the start and CREATE EXTENSION of a loaded machine end before it.
+        floor_ms = int(time.time() * 1000) + 10_000
         plant_state_file(cluster, json.dumps({
             "cosid_state": 1, "namespace": namespace, "machine_id": 5, "floor_ms": floor_ms,
             "written": None}).encode() + b"\n")
@@ -338,7 +339,7 @@ class StateFileFailsClosed(unittest.TestCase):
         self.assertEqual(status(cluster)["state"], "UP")
         self.assertEqual(cluster.query("SELECT namespace FROM cosid.status"), namespace)
         # The floor of its own namespace is honoured: refused until the clock passes it.
-        value = first_id_after_refusals(self, cluster, 15, "the planted floor")
+        value = first_id_after_refusals(self, cluster, 25, "the planted floor")
         self.assertGreater(ts_ms_of(value), floor_ms)
         # And written back as JSON, which reads back to the same namespace.
         cluster.stop()
@@ -348,11 +349,11 @@ class StateFileFailsClosed(unittest.TestCase):
 
     def test_an_exact_line_of_the_older_format_still_gives_its_floor(self):
         cluster = self.cluster({"cosid.distributor": "manual", "cosid.machine_id": 5})
-        floor_ms = int(time.time() * 1000) + 3_000
+        floor_ms = int(time.time() * 1000) + 10_000
         plant_state_file(cluster, f"cosid\t5\t{floor_ms}\n".encode())
         cluster.start()
         cluster.query("CREATE EXTENSION cosid")
-        value = first_id_after_refusals(self, cluster, 15, "the older format's floor")
+        value = first_id_after_refusals(self, cluster, 25, "the older format's floor")
         self.assertGreater(ts_ms_of(value), floor_ms)
         # A record of another namespace or machine id is no floor: the configuration changed.
         cluster.stop()

@@ -57,3 +57,34 @@ def fake_claim(cluster, instance_id, safe_guard_ms, machine_bits=10, namespace="
         "SELECT outcome, machine_id, expires_at_ms "
         f"FROM cosid.lease_claim('{namespace}', {machine_bits}, '{instance_id}', false, "
         f"{safe_guard_ms}, 'token-{instance_id}', 0)")[0]
+
+
+def restart_worker_behind(cluster, machine_id, ahead_ms):
+    """Stops the lease worker, which releases `machine_id` and is started again a second later,
+    and, as soon as the release is seen, moves its release and watermark `ahead_ms` past the
+    server's clock, as a last holder with a clock that far ahead would have: in one session, so
+    that the new worker cannot claim first. Returns the release's Unix millisecond."""
+    return int(cluster.query(f"""
+        CREATE TEMP TABLE moved (released_ms bigint);
+        DO $$
+        DECLARE started timestamptz := clock_timestamp();
+        BEGIN
+            PERFORM pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE backend_type = 'cosid lease worker';
+            LOOP
+                WITH ahead AS (
+                    SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint + {ahead_ms} AS ms)
+                UPDATE cosid.machine_lease SET released_ms = ahead.ms,
+                       watermark_ms = greatest(watermark_ms, ahead.ms)
+                  FROM ahead
+                 WHERE machine_id = {machine_id} AND state = 'released';
+                EXIT WHEN FOUND;
+                IF clock_timestamp() > started + interval '10 s' THEN
+                    RAISE EXCEPTION 'the lease worker did not release machine id {machine_id}';
+                END IF;
+                PERFORM pg_sleep(0.01);
+            END LOOP;
+            INSERT INTO moved SELECT released_ms FROM cosid.machine_lease
+             WHERE machine_id = {machine_id};
+        END $$;
+        SELECT released_ms FROM moved;"""))
