@@ -94,3 +94,64 @@ LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'cosid_create_generator_v5_wrapper';
 REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) FROM PUBLIC;
 COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) IS 'Defines a named cosid generator, in the database cosid.database; usable from every database of the server within about a second. Superusers only.';
+
+-- cosid.status gains renewal_failures, a counter for monitoring. Its function is a new C symbol
+-- of the 0.5.0 library, and the view is replaced in place as the update to 0.4.0 replaced it:
+-- refused first, nothing changed, while other objects use the function or return rows of the
+-- view; the old function set aside, the new one created, the view pointed at it, the grants
+-- of the old one carried over, the old one dropped.
+--@include updates/cosid--0.3.0--0.4.0.sql
+--@from DO $status$
+--@until CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
+--@replace                   DETAIL = pg_catalog.format('cosid.status gains two columns in 0.4.0, and the function behind it is replaced. These objects would not survive it: %s.', v_dependents),
+--@with                   DETAIL = pg_catalog.format('cosid.status gains a column in 0.5.0, and the function behind it is replaced. These objects would not survive it: %s.', v_dependents),
+--@replace ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_3_0;
+--@with ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_4_0;
+CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
+	"name" TEXT,  /* String */
+	"namespace" TEXT,  /* String */
+	"distributor" TEXT,  /* String */
+	"instance_id" TEXT,  /* Option < String > */
+	"state" TEXT,  /* String */
+	"machine_id" INT,  /* Option < i32 > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"last_renewed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"last_error" TEXT,  /* Option < String > */
+	"watermark" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
+	"time_unit" TEXT,  /* String */
+	"timestamp_bits" INT,  /* i32 */
+	"machine_bits" INT,  /* i32 */
+	"sequence_bits" INT,  /* i32 */
+	"sequence_reset_threshold" bigint,  /* i64 */
+	"last_timestamp" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"ids_issued" bigint,  /* i64 */
+	"next_tick_waits" bigint,  /* i64 */
+	"clock_backwards_waits" bigint,  /* i64 */
+	"clock_backwards_errors" bigint,  /* i64 */
+	"safe_guard_duration" interval,  /* Option < Interval > */
+	"guarder_delay" interval,  /* Option < Interval > */
+	"clock_backwards_spin_threshold" interval,  /* Interval */
+	"clock_backwards_broken_threshold" interval,  /* Interval */
+	"deadline" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"safe_guard_margin" interval,  /* Option < Interval > */
+	"renewal_failures" bigint  /* Option < i64 > */
+)
+STRICT VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'generator_status_v5_wrapper';
+
+CREATE OR REPLACE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
+--@include updates/cosid--0.3.0--0.4.0.sql
+--@from -- A reader of the view needs EXECUTE on the function too: those who were granted it by hand
+--@until COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: configuration and state.';
+--@replace -- keep it (PUBLIC's default EXECUTE of 0.3.0 is not carried over: see below).
+--@with -- keep it.
+--@replace          WHERE p.oid = 'cosid.generator_status_0_3_0()'::pg_catalog.regprocedure
+--@with          WHERE p.oid = 'cosid.generator_status_0_4_0()'::pg_catalog.regprocedure
+--@replace DROP FUNCTION cosid.generator_status_0_3_0();
+--@with DROP FUNCTION cosid.generator_status_0_4_0();
+COMMENT ON COLUMN cosid.status.renewal_failures IS 'Lease renewals that did not renew since the server started: the store failed (DOWN) or no longer showed the lease (LOST); NULL without a lease.';
+COMMENT ON FUNCTION cosid.generator_status() IS 'The rows of the view cosid.status.';
+REVOKE ALL ON FUNCTION cosid.generator_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION cosid.generator_status() TO pg_monitor;

@@ -39,6 +39,9 @@ pub(super) struct StatusRow {
     /// The part of the safe guard kept back for clock skew: the deadline is the sending of the
     /// last successful renewal plus safe_guard_duration minus this. New in 0.4.0.
     safe_guard_margin: Option<Interval>,
+    /// Lease renewals that did not renew since the server started (the store failed, or the
+    /// lease was lost); NULL without a lease. New in 0.5.0.
+    renewal_failures: Option<i64>,
 }
 
 /// The columns of cosid 0.1.0's shape, the first 20 of 0.2.0's.
@@ -153,7 +156,74 @@ type ShapeV4 = (
     Option<Interval>,
 );
 
+/// The columns of cosid 0.5.0's shape: 0.4.0's, then the renewal failures.
+type ShapeV5 = (
+    String,
+    text_arg::ServerText,
+    String,
+    Option<String>,
+    String,
+    Option<i32>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    Option<String>,
+    Option<TimestampWithTimeZone>,
+    TimestampWithTimeZone,
+    String,
+    i32,
+    i32,
+    i32,
+    i64,
+    Option<TimestampWithTimeZone>,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<Interval>,
+    Option<Interval>,
+    Interval,
+    Interval,
+    Option<TimestampWithTimeZone>,
+    Option<Interval>,
+    Option<i64>,
+);
+
 impl StatusRow {
+    pub(super) fn v5(self) -> ShapeV5 {
+        let renewal_failures = self.renewal_failures;
+        let v4 = self.v4();
+        (
+            v4.0,
+            v4.1,
+            v4.2,
+            v4.3,
+            v4.4,
+            v4.5,
+            v4.6,
+            v4.7,
+            v4.8,
+            v4.9,
+            v4.10,
+            v4.11,
+            v4.12,
+            v4.13,
+            v4.14,
+            v4.15,
+            v4.16,
+            v4.17,
+            v4.18,
+            v4.19,
+            v4.20,
+            v4.21,
+            v4.22,
+            v4.23,
+            v4.24,
+            v4.25,
+            v4.26,
+            renewal_failures,
+        )
+    }
+
     pub(super) fn v4(self) -> ShapeV4 {
         (
             self.name,
@@ -351,6 +421,7 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
                     };
                     interval_ms(timing.margin_ms())
                 }),
+                renewal_failures: leased.then(|| lease.renewal_failures() as i64),
             }
         })
         .collect()

@@ -147,6 +147,7 @@ class Fleet(ClusterTest):
         store = self.store()
         server = self.server("fleet-down", store)
         wait_up(server)
+        failures_before = int(server.query("SELECT renewal_failures FROM cosid.status"))
         stopped_at = time.monotonic()
         store.stop(mode="immediate")
         down = wait_for(lambda: status(server)["state"] == "DOWN" and status(server), 5,
@@ -154,9 +155,15 @@ class Fleet(ClusterTest):
         self.assertTrue(down["last_error"])
         wait_for(lambda: try_next(server)[1] == "55P03", DEADLINE_S + 2, "the deadline")
         self.assertGreater(time.monotonic() - stopped_at, DEADLINE_S - 1.0)
+        # Every failed renewal counted (one a second while DOWN), and kept once UP again.
+        failed = int(server.query("SELECT renewal_failures FROM cosid.status")) - failures_before
+        self.assertGreaterEqual(failed, 2)
         store.start()
         wait_for(lambda: try_next(server)[0], 10, "generation after the store returns")
         wait_up(server, timeout=5)
+        self.assertGreaterEqual(
+            int(server.query("SELECT renewal_failures FROM cosid.status")) - failures_before,
+            failed)
 
     def test_an_outage_longer_than_the_safe_guard_ends_within_a_second_of_the_return(self):
         # The defaults scaled down (a 5 min safe guard, renewals every minute, a 10 min outage):

@@ -235,8 +235,8 @@ class WhereTheLeasesLive(ClusterTest):
         cluster.query("CREATE DATABASE app")
         self.assertEqual(create_extension(cluster, "app"), "", "no lease, nothing to point to")
         self.assertEqual(cluster.query(
-            "SELECT state, machine_id, deadline IS NULL, safe_guard_margin IS NULL "
-            "FROM cosid.status", "app"), "UP|7|t|t")
+            "SELECT state, machine_id, deadline IS NULL, safe_guard_margin IS NULL, "
+            "renewal_failures IS NULL FROM cosid.status", "app"), "UP|7|t|t|t")
 
 
 if __name__ == "__main__":

@@ -247,11 +247,12 @@ class ExporterScrapesCosid(ClusterTest):
                                       "machine_id", "no_machine_id_left", "ids_issued",
                                       "safe_guard_seconds", "guarder_delay_seconds",
                                       "next_tick_waits", "clock_backwards_waits",
-                                      "clock_backwards_errors")},
+                                      "clock_backwards_errors", "renewal_failures")},
             {"up": 1, "generating": 1, "state_code": 0, "states_active": ["UP"],
              "machine_id": machine_id, "no_machine_id_left": 0, "ids_issued": 25,
              "safe_guard_seconds": SAFE_GUARD_S, "guarder_delay_seconds": 0.5,
-             "next_tick_waits": 0, "clock_backwards_waits": 0, "clock_backwards_errors": 0})
+             "next_tick_waits": 0, "clock_backwards_waits": 0, "clock_backwards_errors": 0,
+             "renewal_failures": 0})
         self.assertTrue(0 < up["deadline_seconds"] <= DEADLINE_S, up)
         self.assertTrue(0 <= up["last_renewal_age_seconds"] < DEADLINE_S, up)
         tiny = scrape.generator("tiny")
@@ -298,6 +299,7 @@ class ExporterScrapesCosid(ClusterTest):
              "no_machine_id_left": 0})
         self.assertTrue(0 < down["deadline_seconds"] < DEADLINE_S, down)
         self.assertTrue(0 < down["last_renewal_age_seconds"], down)
+        self.assertGreaterEqual(down["renewal_failures"], 1, down)
         # Less than one renewal interval before the deadline (a slow scrape), the deadline's
         # alert fires too.
         near = {"CosidLeaseDeadlineNear"} if down["deadline_seconds"] < 0.5 else set()

@@ -740,12 +740,14 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 self.generator.close();
                 self.set_held(None);
                 self.next_renewal_ms = 0;
+                self.status.count_renewal_failure();
                 self.set_problem(LeaseState::Lost, LeaseProblem::Lost, text);
             }
             Err(why) => {
                 // Tried again soon (the store makes a new connection), not a whole period
                 // later: the lease may be lost, and the store back within a second.
                 self.next_renewal_ms = sent_ms + RENEWAL_RETRY_MS.min(timing.guarder_delay_ms);
+                self.status.count_renewal_failure();
                 let text = format!(
                     "renewing the lease of machine id {machine_id} in namespace \"{namespace}\" failed: {why}; trying again"
                 );
@@ -1420,6 +1422,7 @@ mod tests {
             shared.status.last_error.load(),
             "renewing the lease of machine id 5 in namespace \"orders\" failed: the lease store did not answer in time; trying again"
         );
+        assert_eq!(shared.status.renewal_failures(), 1);
         // Still open, until the claim's own deadline.
         assert_eq!(shared.generator.deadline_ms(), START_MONO_MS + 3_600);
         assert!(shared
@@ -1433,6 +1436,8 @@ mod tests {
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Up);
         assert_eq!(shared.status.last_error.load(), "");
+        // The failure stays counted once the lease is renewed again.
+        assert_eq!(shared.status.renewal_failures(), 1);
         assert_eq!(
             shared.generator.deadline_ms(),
             START_MONO_MS + 2_000 + 3_600
@@ -1465,6 +1470,8 @@ mod tests {
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Lost);
         assert!(!shared.generator.is_open());
+        // The failed renewal and the lost one.
+        assert_eq!(shared.status.renewal_failures(), 2);
     }
 
     #[test]

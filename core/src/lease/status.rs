@@ -169,6 +169,10 @@ pub struct GeneratorStatus {
     /// 0 until the worker has started.
     safe_guard_ms: AtomicU64,
     guarder_delay_ms: AtomicU64,
+    /// Renewals that did not renew since the server started: the store failed (DOWN) or no
+    /// longer showed the lease held (LOST). A counter for monitoring, which a state alone does
+    /// not show when a failure is followed by a success between two scrapes.
+    renewal_failures: AtomicU64,
     pub last_error: AtomicText<64>,
 }
 
@@ -197,6 +201,7 @@ impl GeneratorStatus {
             watermark_ms: AtomicI64::new(UNKNOWN_TIME),
             safe_guard_ms: AtomicU64::new(0),
             guarder_delay_ms: AtomicU64::new(0),
+            renewal_failures: AtomicU64::new(0),
             last_error: AtomicText::new(),
         }
     }
@@ -266,6 +271,12 @@ impl GeneratorStatus {
     }
     pub fn set_watermark_ms(&self, watermark_ms: i64) {
         self.watermark_ms.store(watermark_ms, Ordering::Release);
+    }
+    pub fn renewal_failures(&self) -> u64 {
+        self.renewal_failures.load(Ordering::Relaxed)
+    }
+    pub fn count_renewal_failure(&self) {
+        self.renewal_failures.fetch_add(1, Ordering::Relaxed);
     }
 }
 
