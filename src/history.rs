@@ -18,7 +18,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::Mutex;
 
-pub const HISTORY_FILE: &str = "cosid.history";
+pub use crate::local_state::HISTORY_FILE;
 
 /// The postmaster's record of the definition in use, and the latest timestamp a segment that
 /// was thrown away held (crash-restarts).
