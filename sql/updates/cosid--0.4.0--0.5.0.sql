@@ -107,33 +107,9 @@ COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, i
 --@with                   DETAIL = pg_catalog.format('cosid.status gains a column in 0.5.0, and the function behind it is replaced. These objects would not survive it: %s.', v_dependents),
 --@replace ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_3_0;
 --@with ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_4_0;
-CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
-	"name" TEXT,  /* String */
-	"namespace" TEXT,  /* String */
-	"distributor" TEXT,  /* String */
-	"instance_id" TEXT,  /* Option < String > */
-	"state" TEXT,  /* String */
-	"machine_id" INT,  /* Option < i32 > */
-	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"last_renewed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"last_error" TEXT,  /* Option < String > */
-	"watermark" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
-	"time_unit" TEXT,  /* String */
-	"timestamp_bits" INT,  /* i32 */
-	"machine_bits" INT,  /* i32 */
-	"sequence_bits" INT,  /* i32 */
-	"sequence_reset_threshold" bigint,  /* i64 */
-	"last_timestamp" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"ids_issued" bigint,  /* i64 */
-	"next_tick_waits" bigint,  /* i64 */
-	"clock_backwards_waits" bigint,  /* i64 */
-	"clock_backwards_errors" bigint,  /* i64 */
-	"safe_guard_duration" interval,  /* Option < Interval > */
-	"guarder_delay" interval,  /* Option < Interval > */
-	"clock_backwards_spin_threshold" interval,  /* Interval */
-	"clock_backwards_broken_threshold" interval,  /* Interval */
-	"deadline" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+--@include updates/cosid--0.3.0--0.4.0.sql
+--@from CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
+--@until 	"safe_guard_margin" interval  /* Option < Interval > */
 	"safe_guard_margin" interval,  /* Option < Interval > */
 	"renewal_failures" bigint  /* Option < i64 > */
 )
