@@ -23,7 +23,14 @@ pub fn connect(worker: &str, database: &str, reported: Option<&GeneratorSlot>) -
             "the {worker} could not connect to database \"{database}\" (cosid.database); the server log says why, for example that it does not exist; trying again every {} s",
             wait_ms / 1_000
         );
-        if let Some(slot) = reported {
+        // A history that refuses the default generator keeps saying so: it is why no id is
+        // issued whether the worker connects or not.
+        if let Some(slot) = reported.filter(|slot| {
+            !matches!(
+                slot.status.problem(),
+                LeaseProblem::History | LeaseProblem::HistoryFile
+            )
+        }) {
             slot.status.last_error.store(&text);
             slot.status.set_problem(LeaseProblem::StoreError);
         }

@@ -83,6 +83,19 @@ class DefaultGeneratorHistory(ClusterTest):
         self.assertEqual(cluster.rows("SELECT state FROM cosid.status")[0][0], "STOPPED")
         self.assertEqual(cluster.query(
             "SELECT count(*) FROM cosid.machine_lease WHERE namespace = 'orders'"), "0")
+        # Nor does a lease worker that cannot connect (cosid.database missing) hide why: its
+        # back-off leaves the history's refusal in place.
+        cluster.stop()
+        cluster.settings = {**FAST_LEASES, "cosid.namespace": "'orders'",
+                            "cosid.database": "'no_such_database'"}
+        cluster.write_settings()
+        cluster.start()
+        wait_for(lambda: 'could not connect to database "no_such_database"' in cluster.log(), 20,
+                 "the lease worker's back-off")
+        with self.assertRaises(SqlError) as refusal:
+            cluster.query("SELECT cosid_next()")
+        self.assertEqual(refusal.exception.sqlstate, "55000", refusal.exception.stderr)
+        self.assertIn("the default generator's definition changed", refusal.exception.message)
         # What the HINT says: once with the old settings, stopped cleanly, then the new ones.
         cluster.stop()
         cluster.settings = FAST_LEASES
