@@ -146,8 +146,10 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
         threshold,
     ) in raw
     {
-        // The table's checks keep such rows out; one edited past them is skipped.
-        let Some(time_unit) = TimeUnit::from_name(&unit) else {
+        // The table's checks keep such rows out; one edited past them (another spelling too)
+        // is skipped.
+        let Some(time_unit) = TimeUnit::from_name(&unit).filter(|parsed| parsed.name() == unit)
+        else {
             continue;
         };
         let bits = |value: i32| u32::try_from(value).ok();
