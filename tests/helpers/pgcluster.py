@@ -392,7 +392,8 @@ def parse_error(stderr):
 
 # Ports handed out by free_port, each held by a lock on a file of its own until this process
 # exits: test processes running side by side (tests/suite.py) never pick the same port, even
-# between the check that it can be bound and the server's start.
+# between the check that it can be bound and the server's start. Nor does this process hand one
+# out twice: two servers made before either starts would both find it free.
 PORT_LOCKS = Path("/tmp/cosid-test-ports")
 HELD_PORTS = {}
 
@@ -423,16 +424,17 @@ def free_port(preferred):
     while True:
         if not 1024 <= port < 32768:
             raise ValueError(f"port {port} for PostgreSQL {PG_MAJOR} is outside 1024..32767")
-        if port not in HELD_PORTS:
-            lock = os.fdopen(os.open(PORT_LOCKS / f"{port}.lock", os.O_WRONLY | os.O_CREAT, 0o666),
-                             "w")
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                lock.close()
-                port += 1
-                continue
-            HELD_PORTS[port] = lock
+        if port in HELD_PORTS:
+            port += 1
+            continue
+        lock = os.fdopen(os.open(PORT_LOCKS / f"{port}.lock", os.O_WRONLY | os.O_CREAT, 0o666), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            port += 1
+            continue
+        HELD_PORTS[port] = lock
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
