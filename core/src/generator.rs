@@ -205,10 +205,11 @@ impl GeneratorState {
     }
 
     /// Every later opening issues nothing at or before `floor_ticks`: ids of an earlier
-    /// definition of this generator reach that far (`history.rs`).
+    /// definition of this generator reach that far (`history.rs`), or ids issued before the
+    /// segment was last thrown away (a crash-restart). Floors only rise: each of them holds.
     pub fn set_history_floor(&self, floor_ticks: u64) {
         self.history_floor_ticks
-            .store(floor_ticks, Ordering::Release);
+            .fetch_max(floor_ticks, Ordering::AcqRel);
     }
 
     pub fn history_floor_ticks(&self) -> u64 {
@@ -722,6 +723,12 @@ mod tests {
         let state = GeneratorState::closed();
         let layout = &config.layout;
         state.set_history_floor(layout.unix_ms_to_ticks(T0 + 5).unwrap());
+        state
+            .open(layout, 3, layout.unix_ms_to_ticks(T0).unwrap())
+            .unwrap();
+        assert_eq!(state.last_timestamp_ms(layout), T0 + 5);
+        // A lower floor set later does not lower it.
+        state.set_history_floor(layout.unix_ms_to_ticks(T0 + 1).unwrap());
         state
             .open(layout, 3, layout.unix_ms_to_ticks(T0).unwrap())
             .unwrap();

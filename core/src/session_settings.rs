@@ -45,7 +45,43 @@ pub const PINNED: &[Pinned] = &[
     pinned("plpgsql.variable_conflict", "error", 0, true),
     pinned("plpgsql.extra_errors", "none", 0, false),
     pinned("plpgsql.extra_warnings", "none", 0, false),
+    // JIT compiling the protocol's small statements only slows them: with its costs set to 0 by
+    // a database's owner, every call ran into its timeout.
+    pinned("jit", "off", 110000, false),
+    // A database's owner can make every new session of it act as another role
+    // (`ALTER DATABASE ... SET role`): the worker's calls were then refused the schema cosid.
+    pinned("role", "none", 0, false),
 ];
+
+/// The statement a lease worker runs in its own database (`cosid.database`) right after it
+/// connected and pinned [`PINNED`], in a transaction: it undoes whatever else
+/// `ALTER DATABASE ... SET` or `ALTER ROLE ... IN DATABASE ... SET` gave the session. The
+/// session is the bootstrap superuser's again (`session_authorization` and `role`, which the
+/// database's owner can set for the database, and which hide from `pg_settings`), and every
+/// setting whose value came from the database or a role takes its built-in default, so that
+/// only the server's own configuration (postgresql.conf, `ALTER SYSTEM`, the command line:
+/// a superuser's) reaches the worker. A setting that cannot take its default is left with a
+/// warning in the server's log: nothing the protocol depends on is among them, since those
+/// are pinned above or set in each transaction.
+pub fn worker_reset_sql() -> &'static str {
+    "DO $cosid$ \
+     DECLARE s record; \
+     BEGIN \
+       PERFORM pg_catalog.set_config('role', 'none', false); \
+       PERFORM pg_catalog.set_config('session_authorization', \
+         (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) 10), false); \
+       PERFORM pg_catalog.set_config('role', 'none', false); \
+       FOR s IN SELECT p.name, p.boot_val FROM pg_catalog.pg_settings p \
+                 WHERE p.source OPERATOR(pg_catalog.=) ANY (ARRAY['database', 'user', 'database user']) LOOP \
+         BEGIN \
+           PERFORM pg_catalog.set_config(s.name, pg_catalog.coalesce(s.boot_val, ''), false); \
+         EXCEPTION WHEN OTHERS THEN \
+           RAISE WARNING 'cosid: the lease worker could not give the setting \"%\" its default: %', \
+             s.name, SQLERRM; \
+         END; \
+       END LOOP; \
+     END $cosid$"
+}
 
 /// The settings a session of PostgreSQL `server_version_num` pins, as a superuser or not.
 pub fn pinned_for(
@@ -126,6 +162,18 @@ mod tests {
         assert!(!names.contains(&"session_replication_role"));
         assert!(!names.contains(&"exit_on_error"));
         assert!(!names.contains(&"plpgsql.variable_conflict"));
+    }
+
+    #[test]
+    fn the_worker_takes_back_its_identity_and_every_attached_setting() {
+        let sql = worker_reset_sql();
+        assert!(sql.contains("'session_authorization'"));
+        assert!(sql.contains("'role', 'none'"));
+        assert!(sql.contains("ARRAY['database', 'user', 'database user']"));
+        assert!(sql.contains("EXCEPTION WHEN OTHERS"));
+        let names: Vec<_> = pinned_for(150000, true).map(|s| s.name).collect();
+        assert!(names.contains(&"jit"));
+        assert!(names.contains(&"role"));
     }
 
     #[test]

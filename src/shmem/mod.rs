@@ -64,7 +64,7 @@ use cosid_core::generator::BackwardsPolicy;
 use cosid_core::lease;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// How many slots the segment has: the default generator's and one per named generator.
@@ -100,7 +100,17 @@ pub struct SharedState {
     /// they differ, a name not found may be one just created.
     creations_committed: AtomicU64,
     creations_published: AtomicU64,
+    /// The latest timestamp, in Unix milliseconds, of any id that segments thrown away since the
+    /// postmaster started (crash-restarts) issued or held as a floor, and of the clock when they
+    /// were: every generator of this segment opens above it (`GeneratorSlot::publish`).
+    earlier_segments_last_ms: i64,
 }
+
+/// The postmaster's own memory (never shared, kept across crash-restarts) of what
+/// `SharedState::earlier_segments_last_ms` says: `remember_segment` raises it as a segment is
+/// thrown away, and the next segment starts from it. A clock stepped forward for a moment and
+/// back, then a crash, would otherwise let the new segment issue again the ids of that moment.
+static SEGMENTS_LAST_MS: AtomicI64 = AtomicI64::new(i64::MIN);
 
 fn pack_policy(policy: BackwardsPolicy) -> u64 {
     (policy.spin_threshold_ms.min(u32::MAX as u64) << 32)
@@ -169,6 +179,7 @@ fn fresh_state() -> SharedState {
         manager_pid: AtomicI32::new(0),
         creations_committed: AtomicU64::new(0),
         creations_published: AtomicU64::new(0),
+        earlier_segments_last_ms: SEGMENTS_LAST_MS.load(Ordering::Acquire),
     };
     if let MachineSource::Leased(lease_settings) = &settings.machine {
         // A fresh identity at every initialisation: after a crash, the old claim is somebody
@@ -185,11 +196,45 @@ fn fresh_state() -> SharedState {
         state.instance_id_len = slot::copy_text(&instance_id, &mut state.instance_id);
     }
     let default = &state.slots[DEFAULT_SLOT];
-    default.publish(Definition::default_generator(settings));
+    default.publish(
+        Definition::default_generator(settings),
+        state.earlier_segments_last_ms,
+    );
     if let Some(open_default) = OPEN_DEFAULT.get() {
         open_default(default, settings);
     }
+    // SAFETY: a plain flag the postmaster set before loading libraries.
+    if !unsafe { pg_sys::IsUnderPostmaster } {
+        // SAFETY: in the postmaster's startup hook: the callback list is the postmaster's own,
+        // emptied when it throws the segment away, so each initialisation registers once, after
+        // the segment was attached: the callback runs while it still is.
+        unsafe { pg_sys::on_shmem_exit(Some(remember_segment), pg_sys::Datum::from(0)) };
+    }
     state
+}
+
+/// As the postmaster throws a segment away (a crash-restart) or exits: the latest timestamp any
+/// generator of it issued or held, and the clock, go into `SEGMENTS_LAST_MS`.
+#[pg_guard]
+unsafe extern "C-unwind" fn remember_segment(_code: std::os::raw::c_int, _arg: pg_sys::Datum) {
+    let Ok(slots) = all_slots() else {
+        return;
+    };
+    let last_ms = slots
+        .iter()
+        .filter(|slot| slot.phase() != Phase::Free)
+        .map(|slot| slot.state.last_timestamp_ms(&slot.config().layout))
+        .fold(host::unix_ms_now(), i64::max);
+    SEGMENTS_LAST_MS.fetch_max(last_ms, Ordering::AcqRel);
+}
+
+/// `SharedState::earlier_segments_last_ms`: what a named generator published in this segment
+/// opens above.
+pub fn earlier_segments_last_ms() -> i64 {
+    if !is_preloaded() {
+        return i64::MIN;
+    }
+    SHARED.get().earlier_segments_last_ms
 }
 
 pub fn is_preloaded() -> bool {

@@ -36,8 +36,10 @@ fn disarm_statement_timeout() {
 
 /// Pins the settings of `cosid_core::session_settings` (those this server's version has) for the
 /// rest of the worker's session, whatever `ALTER DATABASE ... SET` or `ALTER ROLE ... SET` gave
-/// it; called right after it connected to its database, outside any transaction. (search_path,
-/// lock_timeout and synchronous_commit are set in each transaction.)
+/// it, then gives every other setting they gave it its built-in default and the session back to
+/// the bootstrap superuser (`worker_reset_sql`); called right after it connected to its
+/// database, outside any transaction. (search_path, lock_timeout and synchronous_commit are set
+/// in each transaction.)
 pub fn pin_session_settings() {
     for setting in cosid_core::session_settings::pinned_for(pg_sys::PG_VERSION_NUM, true) {
         let (Ok(name), Ok(value)) = (
@@ -56,6 +58,15 @@ pub fn pin_session_settings() {
                 pg_sys::GucSource::PGC_S_SESSION,
             )
         };
+    }
+    let reset = in_transaction(Duration::from_secs(10), |client| {
+        client
+            .update(cosid_core::session_settings::worker_reset_sql(), None, &[])
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    if let Err(why) = reset {
+        warning!("cosid: the lease worker could not take back its session's settings: {why}");
     }
 }
 

@@ -258,7 +258,10 @@ impl<'a> Generators<'a> {
                 Step::Publish { slot, definition } => {
                     let slot = &named[slot];
                     fresh_status(slot);
-                    slot.publish(definitions[definition]);
+                    slot.publish(
+                        definitions[definition],
+                        crate::shmem::earlier_segments_last_ms(),
+                    );
                     let entry = self.runner_for(slot);
                     self.entries.push(entry);
                 }

@@ -5,7 +5,8 @@ away (ALLOW_CONNECTIONS false, RENAME, DROP) are refused. What a store database'
 do is said in docs/security.md."""
 
 from helpers.leases import lease_cluster, try_next, wait_up
-from helpers.owner import make_owner, set_database_settings, try_taking_it_away
+from helpers.owner import (ATTACHED_SETTINGS, make_owner, set_database_settings,
+                           try_taking_it_away)
 from helpers.pgcluster import ClusterTest, SqlError, query_as
 
 
@@ -40,3 +41,29 @@ class DatabaseOwner(ClusterTest):
         cluster.query("CREATE DATABASE other OWNER alice")
         query_as(cluster, "alice", "ALTER DATABASE other RENAME TO other_renamed")
         self.assertIsNotNone(try_next(cluster)[0])
+
+    def test_the_owner_cannot_make_the_workers_act_as_another_role_or_run_slowly(self):
+        # ALTER DATABASE ... SET role (or session_authorization) made every new session of the
+        # database act as the owner, the workers' too, which the schema cosid refused:
+        # CLAIMING forever. JIT costs of 0 pushed the worker's calls into their timeouts.
+        cluster = self.track(lease_cluster("owner-role", 25627, **{"cosid.database": "'appdb'"}))
+        make_owner(cluster, "alice", "appdb")
+        cluster.query("CREATE EXTENSION cosid", db="appdb")
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        cluster.query("SELECT cosid_create_generator('orders')", db="appdb")
+        for settings in (ATTACHED_SETTINGS, ["session_authorization = 'alice'"]):
+            with self.subTest(settings=settings):
+                set_database_settings(cluster, "alice", "appdb", settings)
+                if settings is ATTACHED_SETTINGS:
+                    self.assertEqual(
+                        cluster.query("SELECT current_user", db="appdb"), "alice",
+                        "the setting does not reach the database's new sessions")
+                # (PostgreSQL 15 takes session_authorization from a database's settings for no
+                # session; where a version does, the worker must not be one.)
+                cluster.restart()
+                status = wait_up(cluster, timeout=60)
+                self.assertFalse(status["last_error"])
+                self.assertIsNotNone(try_next(cluster)[0])
+                self.assertIsNotNone(try_next(cluster, "SELECT cosid_next('orders')")[0])
+                query_as(cluster, "alice", "ALTER DATABASE appdb RESET ALL", db="template1")

@@ -364,3 +364,54 @@ class StateFileFailsClosed(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ExcursionThenCrash(unittest.TestCase):
+    """A clock stepped ahead for a moment and back, then a backend killed with kill -9: the
+    postmaster reinitialises shared memory, and every generator of the new segment, the default
+    one and a named one, opens above the ids the thrown-away segment issued during the
+    excursion. (0.5.0 opened them above the state file's floor only, written before the
+    excursion: they issued the excursion's timestamps again as the real clock reached them,
+    906 and 331 duplicates in three rounds.)"""
+
+    AHEAD_S = 6
+
+    def test_a_crash_restart_opens_above_what_the_excursion_issued(self):
+        cluster = Cluster("excursion-crash", free_port(25168), {
+            "cosid.distributor": "'manual'", "cosid.machine_id": "7",
+            "cosid.local_state_interval": "'10s'"})
+        cluster.init()
+        offset_file = cluster.base / "faketime"
+        cluster.env = fake_clock(offset_file, 0)
+        cluster.start()
+        self.addCleanup(cluster.stop, mode="immediate", check=False)
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("SELECT cosid_create_generator('n', namespace => 'n')")
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('n')")[0], 30,
+                 "the named generator")
+        generators = {"default": None, "n": "n"}
+        sessions = {name: [] for name in generators}
+        for name, generator in generators.items():
+            sessions[name].append(run_session(cluster, 0, [copy_ids(2_000, generator)]))
+        set_clock_offset(offset_file, self.AHEAD_S)
+        ahead = {}
+        for name, generator in generators.items():
+            session = run_session(cluster, 0, [copy_ids(2_000, generator)])
+            self.assertEqual(len(session.ids), 2_000, session.error)
+            sessions[name].append(session)
+            ahead[name] = max(session.ids)
+        set_clock_offset(offset_file, 0)
+        # The test clusters commit asynchronously: what the crash must not forget is made durable.
+        cluster.query("CHECKPOINT")
+        cluster.kill9_a_generating_backend()
+        for name, generator in generators.items():
+            sql = f"SELECT cosid_next('{generator}')" if generator else "SELECT cosid_next()"
+            # Refused (the clock is behind the floor) until the real clock passes it.
+            first = wait_for(lambda: try_next(cluster, sql)[0], 60 + 10 * self.AHEAD_S,
+                             f"generator {name} after the crash")
+            self.assertGreater(ts_ms_of(first), ts_ms_of(ahead[name]),
+                               f"generator {name} issued below the excursion's ids")
+            sessions[name].append(type(sessions[name][0])(client=1, started=0, ids=[first]))
+            sessions[name].append(run_session(cluster, 0, [copy_ids(2_000, generator)]))
+        for name in generators:
+            self.assertEqual(duplicates(sessions[name]), 0, name)

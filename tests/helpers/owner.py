@@ -13,6 +13,20 @@ BREAKING_SETTINGS = [
     "idle_session_timeout = '200ms'",
     "idle_in_transaction_session_timeout = '1ms'",
 ]
+# Settings the owner can attach to the database that reach past the protocol's own pins: every
+# new session of the database acts as the owner (the workers were refused the schema cosid),
+# JIT compiles every statement, and the planner avoids what the protocol's statements use.
+ATTACHED_SETTINGS = [
+    "role = 'alice'",
+    "jit = on",
+    "jit_above_cost = 0",
+    "jit_inline_above_cost = 0",
+    "jit_optimize_above_cost = 0",
+    "enable_indexscan = off",
+    "enable_bitmapscan = off",
+    "search_path = alice, public",
+    "lock_timeout = '1ms'",
+]
 # Of those, the ones that leave the clients' own sessions of the database working (a 1 ms
 # statement timeout would cancel their calls, whatever cosid does).
 SETTINGS_CLIENTS_SURVIVE = [s for s in BREAKING_SETTINGS if not s.startswith("statement_timeout")]
