@@ -18,7 +18,8 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::Mutex;
 
-pub use crate::local_state::HISTORY_FILE;
+pub use crate::local_state::{GENERATION_FILE, HISTORY_FILE};
+use cosid_core::history::GenerationRecord;
 
 /// The postmaster's record of the definition in use, and the latest timestamp a segment that
 /// was thrown away held (crash-restarts).
@@ -57,8 +58,20 @@ pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
         Ok(previous) => previous,
         Err(why) => return Opening::Unusable(why),
     };
+    let generation = match read_generation() {
+        Ok(generation) => generation,
+        Err(why) => return Opening::Unusable(why),
+    };
+    if let Err(not_the_last) = history::check_generation(previous.as_ref(), generation.as_ref()) {
+        return Opening::Unusable(format!(
+            "the history file \"{}\" {not_the_last} (\"{}\")",
+            local_state::path(HISTORY_FILE),
+            local_state::path(GENERATION_FILE)
+        ));
+    }
     match history::verdict(previous.as_ref(), namespace, layout, unix_ms_now()) {
         Verdict::Generate { floor_ms, record } => {
+            let record = record.numbered(previous.as_ref().map_or(0, |p| p.generation));
             // A crash-restart finds its own record: no write, so that a full disk, a common
             // cause of crashes, does not keep the generator closed once space is freed.
             if previous.as_ref() != Some(&record) {
@@ -135,11 +148,47 @@ pub fn read() -> Result<Option<HistoryRecord>, String> {
     }
 }
 
+/// The generation file's record: `None` when there is none.
+fn read_generation() -> Result<Option<GenerationRecord>, String> {
+    match std::fs::read(GENERATION_FILE) {
+        Ok(content) => GenerationRecord::parse(&content).map(Some).map_err(|why| {
+            format!(
+                "the generation file \"{}\" {why}",
+                local_state::path(GENERATION_FILE)
+            )
+        }),
+        Err(why) if why.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(why) => Err(format!(
+            "the generation file \"{}\" could not be read: {why}",
+            local_state::path(GENERATION_FILE)
+        )),
+    }
+}
+
+/// Writes `record` as the history's next generation: the history first, then the generation
+/// file, so that a stop between the two leaves a history newer than the number, which is
+/// trusted, never one older.
 fn write(record: &HistoryRecord) -> Result<(), String> {
-    local_state::write_line_durably(HISTORY_FILE, &record.to_line()).map_err(|why| {
+    let generation = read_generation()?
+        .map_or(0, |written| written.generation)
+        .max(record.generation)
+        .saturating_add(1);
+    local_state::write_line_durably(HISTORY_FILE, &record.numbered(generation).to_line()).map_err(
+        |why| {
+            format!(
+                "could not write the history file \"{}\": {why}",
+                local_state::path(HISTORY_FILE)
+            )
+        },
+    )?;
+    local_state::write_line_durably(
+        GENERATION_FILE,
+        &GenerationRecord::new(generation).to_line(),
+    )
+    .map_err(|why| {
         format!(
-            "could not write the history file \"{}\": {why}",
-            local_state::path(HISTORY_FILE)
+            "could not write the generation file \"{}\": {why}",
+            local_state::path(GENERATION_FILE)
         )
     })
 }

@@ -24,8 +24,11 @@
 //! One JSON object on one line, ending with a newline:
 //!
 //! ```text
-//! {"cosid_history":1,"namespace":"cosid","layout":{"epoch_ms":1577203200000,"time_unit":"millisecond","timestamp_bits":41,"machine_bits":10,"sequence_bits":12},"last_ms":null,"floor_ms":null}
+//! {"cosid_history":1,"namespace":"cosid","layout":{"epoch_ms":1577203200000,"time_unit":"millisecond","timestamp_bits":41,"machine_bits":10,"sequence_bits":12},"last_ms":null,"floor_ms":null,"generation":3}
 //! ```
+//!
+//! An older copy of the file put back would forget the definitions after it: each write is
+//! numbered, and the number is also kept in a file of its own ([`GenerationRecord`]).
 
 use crate::layout::{IdParts, Layout, TimeUnit};
 use serde::{Deserialize, Serialize};
@@ -94,6 +97,107 @@ pub struct HistoryRecord {
     /// Nothing of this definition is issued at or before this Unix millisecond: what a change
     /// from an earlier definition left (see the module's text).
     pub floor_ms: Option<i64>,
+    /// How many times this server wrote its history: each write takes the next number, also
+    /// kept in the generation file ([`GenerationRecord`]), so that an older copy of the
+    /// history put back is told from the last one ([`check_generation`]). 0 in a file of
+    /// before the number.
+    #[serde(default)]
+    pub generation: u64,
+}
+
+/// The generation file (`cosid.generation` in the data directory): the number of the last
+/// history this server wrote, in a file of its own, written after the history, so that
+/// putting back an older copy of the history alone (the step a backup suggests) is caught.
+///
+/// ```text
+/// {"cosid_generation":1,"generation":7}
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerationRecord {
+    pub cosid_generation: u64,
+    pub generation: u64,
+}
+
+impl GenerationRecord {
+    pub fn new(generation: u64) -> GenerationRecord {
+        GenerationRecord {
+            cosid_generation: FORMAT_VERSION,
+            generation,
+        }
+    }
+
+    pub fn to_line(&self) -> String {
+        // Serialising two integers cannot fail.
+        let mut line = serde_json::to_string(self).unwrap_or_default();
+        line.push('\n');
+        line
+    }
+
+    /// The record of a file's content, exactly, or why not (completing "the generation file
+    /// ...").
+    pub fn parse(content: &[u8]) -> Result<GenerationRecord, String> {
+        let text = std::str::from_utf8(content).map_err(|_| "is not UTF-8 text".to_string())?;
+        let line = text
+            .strip_suffix('\n')
+            .ok_or_else(|| "is truncated: it does not end with a newline".to_string())?;
+        let record: GenerationRecord = serde_json::from_str(line)
+            .map_err(|why| format!("is not a valid cosid generation record: {why}"))?;
+        if record.cosid_generation != FORMAT_VERSION {
+            return Err(format!(
+                "has format version {}, which this version of cosid does not read",
+                record.cosid_generation
+            ));
+        }
+        Ok(record)
+    }
+}
+
+/// Why a history cannot be trusted although it reads well: it is not the last one this server
+/// wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotTheLast {
+    /// The history file is missing, and the generation file says that this server wrote one.
+    Missing { written: u64 },
+    /// The history is an older copy: it has the number `found`, the last one written `written`.
+    Older { found: u64, written: u64 },
+}
+
+impl std::fmt::Display for NotTheLast {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotTheLast::Missing { written } => write!(
+                f,
+                "is missing, and the generation file says this server wrote its history {written} times"
+            ),
+            NotTheLast::Older { found, written } => write!(
+                f,
+                "is an older copy: it is write number {found} of this server's history, and the \
+                 last one was number {written}"
+            ),
+        }
+    }
+}
+
+/// Whether the history read (`None`: no file) is the last one written, as far as the
+/// generation file (`None`: no file, a history of before the number or a first start) knows.
+/// A history newer than the generation file is its last one: the server stopped between the two
+/// writes.
+pub fn check_generation(
+    history: Option<&HistoryRecord>,
+    written: Option<&GenerationRecord>,
+) -> Result<(), NotTheLast> {
+    let Some(written) = written.map(|record| record.generation) else {
+        return Ok(());
+    };
+    match history {
+        None if written > 0 => Err(NotTheLast::Missing { written }),
+        Some(history) if history.generation < written => Err(NotTheLast::Older {
+            found: history.generation,
+            written,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Why the content of a history file is not a record. The texts complete "the history file …".
@@ -132,6 +236,7 @@ impl HistoryRecord {
             layout: LayoutRecord::of(layout),
             last_ms: None,
             floor_ms,
+            generation: 0,
         }
     }
 
@@ -174,6 +279,14 @@ impl HistoryRecord {
             return Err(ParseError::BadLayout);
         }
         Ok(record)
+    }
+
+    /// The same record as the next write: number `generation`.
+    pub fn numbered(&self, generation: u64) -> HistoryRecord {
+        HistoryRecord {
+            generation,
+            ..self.clone()
+        }
     }
 
     fn is_definition(&self, namespace: &str, layout: &Layout) -> bool {
@@ -287,6 +400,51 @@ pub fn floor_above(old: &Layout, last_ms: i64, new: &Layout) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::layout::COSID_EPOCH_MS;
+
+    #[test]
+    fn an_older_copy_or_a_missing_history_is_not_the_last() {
+        let layout = millis(COSID_EPOCH_MS);
+        let record =
+            |generation| HistoryRecord::running("cosid", &layout, None).numbered(generation);
+        let written = |generation| Some(GenerationRecord::new(generation));
+        assert_eq!(
+            check_generation(Some(&record(5)), written(5).as_ref()),
+            Ok(())
+        );
+        // Stopped between the history's write and the generation file's.
+        assert_eq!(
+            check_generation(Some(&record(6)), written(5).as_ref()),
+            Ok(())
+        );
+        assert_eq!(
+            check_generation(Some(&record(4)), written(5).as_ref()),
+            Err(NotTheLast::Older {
+                found: 4,
+                written: 5
+            })
+        );
+        assert_eq!(
+            check_generation(None, written(5).as_ref()),
+            Err(NotTheLast::Missing { written: 5 })
+        );
+        // No generation file: a first start, or a history of before the number.
+        assert_eq!(check_generation(Some(&record(0)), None), Ok(()));
+        assert_eq!(check_generation(None, None), Ok(()));
+    }
+
+    #[test]
+    fn a_generation_record_reads_back_exactly() {
+        let record = GenerationRecord::new(42);
+        let line = record.to_line();
+        assert_eq!(line, "{\"cosid_generation\":1,\"generation\":42}\n");
+        assert_eq!(GenerationRecord::parse(line.as_bytes()), Ok(record));
+        assert!(GenerationRecord::parse(b"{\"cosid_generation\":1,\"generation\":42}").is_err());
+        assert!(GenerationRecord::parse(b"{\"cosid_generation\":2,\"generation\":1}\n").is_err());
+        assert!(GenerationRecord::parse(b"{\"cosid_generation\":1,\"generation\":-1}\n").is_err());
+        // A history of before the number reads as number 0.
+        let old = "{\"cosid_history\":1,\"namespace\":\"cosid\",\"layout\":{\"epoch_ms\":1577203200000,\"time_unit\":\"millisecond\",\"timestamp_bits\":41,\"machine_bits\":10,\"sequence_bits\":12},\"last_ms\":null,\"floor_ms\":null}\n";
+        assert_eq!(HistoryRecord::parse(old.as_bytes()).unwrap().generation, 0);
+    }
 
     fn millis(epoch_ms: i64) -> Layout {
         Layout::new(epoch_ms, TimeUnit::Millisecond, 41, 10, 12).unwrap()

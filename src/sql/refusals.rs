@@ -233,8 +233,9 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                     )
                 } else {
                     format!(
-                        "Make the file {} in the data directory readable and writable by the server (free disk space, permissions), or restore it from a backup, and restart the server.",
-                        crate::history::HISTORY_FILE
+                        "Make the file {history} in the data directory readable and writable by the server (free disk space, permissions), and restart the server. Never put back an older copy of it: the definitions it does not record could repeat their ids, and it is refused. If the last one is lost, see \"Changing the default generator's namespace or layout\" in the documentation on operations before you delete {history} and {generation}.",
+                        history = crate::history::HISTORY_FILE,
+                        generation = crate::history::GENERATION_FILE
                     )
                 }),
         );

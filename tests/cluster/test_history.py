@@ -7,8 +7,8 @@ settings, after which the change is refused until the server stopped cleanly wit
 import time
 
 from helpers.clients import LoopingClients, duplicates
-from helpers.leases import FAST_LEASES, lease_cluster, wait_up
-from helpers.pgcluster import ClusterTest, SqlError, wait_for
+from helpers.leases import FAST_LEASES, lease_cluster, try_next, wait_up
+from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_for
 
 COSID_EPOCH = "2019-12-24T16:00:00Z"
 EPOCH_MS = 1_577_203_200_000
@@ -146,3 +146,63 @@ class DefaultGeneratorHistory(ClusterTest):
                 return False
         wait_for(generated, shift_s + 15, "ids of the later epoch")
         self.assertGreater(min(new_ids), max(old_ids))
+
+    def test_an_older_copy_of_the_history_put_back_is_refused(self):
+        # The finding: after a run with the epoch 8 s earlier (allowed at once: its ids are
+        # above), an older copy of cosid.history put back (the step "restore it from a backup"
+        # of the old HINT) and a restart with the first settings issued again 5,384 of the run's
+        # 6,000 ids: the copy records the first settings as the last ones.
+        fixed = {"cosid.distributor": "'manual'", "cosid.machine_id": "3"}
+        cluster = self.track(Cluster("history-copy", free_port(25183), fixed).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("SELECT cosid_next() FROM generate_series(1, 2000)")
+        cluster.stop()
+        history = cluster.data / "cosid.history"
+        older_copy = history.read_bytes()
+        cluster.settings = {**fixed, "cosid.epoch": f"'{EPOCH_MS - 8000}'"}
+        cluster.write_settings()
+        cluster.start()
+        earlier_epoch_ids = []
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            earlier_epoch_ids += [int(v) for v in cluster.query(
+                "SELECT cosid_next() FROM generate_series(1, 2000)").split()]
+        cluster.stop()
+        last_copy = history.read_bytes()
+        history.write_bytes(older_copy)
+        cluster.settings = fixed
+        cluster.write_settings()
+        cluster.start()
+        # Ids of the earlier epoch equal those of the first one 8 s later: generated until the
+        # clock has passed the earlier epoch's run by 8 s, unless refused.
+        issued = []
+        refusal = None
+        while refusal is None and time.monotonic() - started < 8 + 3 + 1:
+            try:
+                issued += [int(v) for v in cluster.query(
+                    "SELECT cosid_next() FROM generate_series(1, 2000)").split()]
+            except SqlError as error:
+                refusal = error
+        repeated = len(set(issued) & set(earlier_epoch_ids))
+        self.assertEqual(repeated, 0, f"{repeated} of {len(issued)} ids issued again")
+        self.assertEqual(issued, [], "ids issued from an older copy of the history")
+        self.assertEqual(refusal.sqlstate, "55000", refusal.stderr)
+        self.assertIn("cosid cannot use the default generator's history file", refusal.message)
+        self.assertIn("is an older copy", refusal.stderr)
+        self.assertIn("Never put back an older copy", refusal.stderr)
+        # Deleted instead, it is refused the same way: the generation file says it was written.
+        cluster.stop()
+        history.unlink()
+        cluster.start()
+        with self.assertRaises(SqlError) as missing:
+            cluster.query("SELECT cosid_next()")
+        self.assertEqual(missing.exception.sqlstate, "55000")
+        self.assertIn("is missing, and the generation file says", missing.exception.stderr)
+        # The last one put back is trusted: the first settings wait until their ids are above
+        # the earlier epoch's, then generate.
+        cluster.stop()
+        history.write_bytes(last_copy)
+        cluster.start()
+        resumed = wait_for(lambda: try_next(cluster)[0], 60, "generation with the last history")
+        self.assertGreater(resumed, max(earlier_epoch_ids))

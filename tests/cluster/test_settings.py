@@ -51,6 +51,7 @@ class Settings(unittest.TestCase):
         # Each test's server is a new one: an earlier test's layout is not its history (the
         # history is tested in test_history).
         (cluster.data / "cosid.history").unlink(missing_ok=True)
+        (cluster.data / "cosid.generation").unlink(missing_ok=True)
         log_before = len(cluster.log())
         started = cluster.start(check=False)
         if started:
