@@ -118,6 +118,36 @@ pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
     }
 }
 
+/// The namespaces the default generator ever issued ids in: its namespace now, and those its
+/// history records. A named generator in one could repeat them, whatever its layout or machine
+/// id.
+pub struct DefaultNamespaces {
+    current: String,
+    history: Result<Option<HistoryRecord>, String>,
+}
+
+impl DefaultNamespaces {
+    /// Reads the history once, for any number of questions.
+    pub fn read(current: &str) -> DefaultNamespaces {
+        DefaultNamespaces {
+            current: current.to_string(),
+            history: read(),
+        }
+    }
+
+    /// Whether the default generator used `namespace`; a history that cannot be read answers
+    /// with why.
+    pub fn used(&self, namespace: &str) -> Result<bool, String> {
+        if namespace == self.current {
+            return Ok(true);
+        }
+        match &self.history {
+            Ok(record) => Ok(record.as_ref().is_some_and(|r| r.used(namespace))),
+            Err(why) => Err(why.clone()),
+        }
+    }
+}
+
 /// The record in the history file: `None` when there is none (the first start).
 pub fn read() -> Result<Option<HistoryRecord>, String> {
     match std::fs::read(HISTORY_FILE) {

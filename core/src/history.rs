@@ -103,6 +103,20 @@ pub struct HistoryRecord {
     /// before the number.
     #[serde(default)]
     pub generation: u64,
+    /// Every earlier definition, with the last id it issued when that is known: a named
+    /// generator in one of these namespaces could repeat their ids ([`HistoryRecord::used`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub past: Vec<PastDefinition>,
+}
+
+/// A definition the default generator had before its current one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PastDefinition {
+    pub namespace: String,
+    pub layout: LayoutRecord,
+    /// The timestamp of its last id (or above it), in Unix milliseconds, when known.
+    pub last_ms: Option<i64>,
 }
 
 /// The generation file (`cosid.generation` in the data directory): the number of the last
@@ -237,6 +251,7 @@ impl HistoryRecord {
             last_ms: None,
             floor_ms,
             generation: 0,
+            past: Vec::new(),
         }
     }
 
@@ -287,6 +302,40 @@ impl HistoryRecord {
             generation,
             ..self.clone()
         }
+    }
+
+    /// Whether the default generator ever issued ids in `namespace`, under this definition or
+    /// an earlier one.
+    pub fn used(&self, namespace: &str) -> bool {
+        self.namespace == namespace || self.past.iter().any(|past| past.namespace == namespace)
+    }
+
+    /// The earlier definitions a record of a new definition carries: this one's, and this
+    /// one's own definition with `last_ms` (one entry per namespace and layout, its latest
+    /// last id).
+    fn past_with_this(&self, last_ms: Option<i64>) -> Vec<PastDefinition> {
+        let mut past = self.past.clone();
+        match past
+            .iter_mut()
+            .find(|p| p.namespace == self.namespace && p.layout == self.layout)
+        {
+            Some(entry) => {
+                entry.last_ms = match (entry.last_ms, last_ms) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                }
+            }
+            None => past.push(PastDefinition {
+                namespace: self.namespace.clone(),
+                layout: self.layout.clone(),
+                last_ms,
+            }),
+        }
+        past
+    }
+
+    fn with_past(self, past: Vec<PastDefinition>) -> HistoryRecord {
+        HistoryRecord { past, ..self }
     }
 
     fn is_definition(&self, namespace: &str, layout: &Layout) -> bool {
@@ -345,7 +394,8 @@ pub fn verdict(
         let floor_ms = issued_up_to.or(previous.floor_ms);
         return Verdict::Generate {
             floor_ms,
-            record: HistoryRecord::running(namespace, layout, floor_ms),
+            record: HistoryRecord::running(namespace, layout, floor_ms)
+                .with_past(previous.past.clone()),
         };
     }
     let (Some(last_ms), Some(old_layout)) = (issued_up_to, previous.layout.layout()) else {
@@ -360,7 +410,8 @@ pub fn verdict(
         },
         Some(floor_ms) => Verdict::Generate {
             floor_ms: Some(floor_ms),
-            record: HistoryRecord::running(namespace, layout, Some(floor_ms)),
+            record: HistoryRecord::running(namespace, layout, Some(floor_ms))
+                .with_past(previous.past_with_this(Some(last_ms))),
         },
         None => Verdict::NeverAbove {
             previous: previous.clone(),
@@ -430,6 +481,39 @@ mod tests {
         // No generation file: a first start, or a history of before the number.
         assert_eq!(check_generation(Some(&record(0)), None), Ok(()));
         assert_eq!(check_generation(None, None), Ok(()));
+    }
+
+    #[test]
+    fn every_namespace_the_default_generator_used_is_remembered() {
+        let layout = millis(COSID_EPOCH_MS);
+        let later = millis(COSID_EPOCH_MS + 5_000);
+        let Verdict::Generate { record: first, .. } = verdict(None, "orders", &layout, NOW) else {
+            panic!("a first start generates");
+        };
+        assert!(first.used("orders") && !first.used("web"));
+        let Verdict::Generate { record: web, .. } =
+            verdict(Some(&first.stopped(NOW)), "web", &layout, NOW + 10)
+        else {
+            panic!("another namespace after a clean stop generates");
+        };
+        assert!(web.used("orders") && web.used("web"));
+        // Carried by a restart with the same settings, and by a later change.
+        let Verdict::Generate { record: again, .. } =
+            verdict(Some(&web.stopped(NOW + 20)), "web", &layout, NOW + 30)
+        else {
+            panic!("the same settings generate");
+        };
+        assert!(again.used("orders"));
+        let Verdict::Generate { record: third, .. } =
+            verdict(Some(&again.stopped(NOW + 40)), "third", &later, NOW + 50)
+        else {
+            panic!("another namespace and a later epoch after a clean stop generate");
+        };
+        assert!(third.used("orders") && third.used("web") && third.used("third"));
+        assert_eq!(third.past.len(), 2);
+        assert_eq!(third.past[1].last_ms, Some(NOW + 40));
+        // It reads back.
+        assert_eq!(HistoryRecord::parse(third.to_line().as_bytes()), Ok(third));
     }
 
     #[test]

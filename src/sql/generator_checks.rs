@@ -81,7 +81,19 @@ pub(super) fn check_namespace(namespace: &str, default_namespace: &str) -> Resul
         .detail("Each generator holds its own machine id in its own namespace; cosid.namespace is the default generator's.")
         .hint("Choose another namespace."));
     }
-    Ok(())
+    match crate::history::DefaultNamespaces::read(default_namespace).used(namespace) {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(CosidError::invalid_argument(format!(
+            "namespace {quoted} was the default generator's"
+        ))
+        .detail("The default generator issued ids in this namespace under an earlier cosid.namespace, as the data directory's cosid.history records; a named generator there could issue them again, whatever its layout or machine id.")
+        .hint("Choose another namespace.")),
+        Err(why) => Err(CosidError::prerequisite(
+            "cosid cannot tell whether the default generator used this namespace",
+        )
+        .detail(format!("{why}."))
+        .hint("Make the default generator's history readable (see cosid_next()'s error for what it needs), then create the generator.")),
+    }
 }
 
 /// A width argument, or the preset's; refused outside `range`, the widths a layout can hold (a

@@ -135,6 +135,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
     })?;
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
+    let default_namespaces = crate::history::DefaultNamespaces::read(default_namespace);
     for (
         (name, namespace),
         epoch_ms,
@@ -191,13 +192,24 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             continue;
         }
         // The default generator's namespace may have changed since the generator was created:
-        // two generators in one namespace would share a fixed machine id.
-        if namespace == default_namespace {
-            skipped.push((
-                name,
-                "its namespace is the default generator's (cosid.namespace)",
-            ));
-            continue;
+        // two generators in one namespace would share a fixed machine id, and one the default
+        // generator used before holds its ids, whatever the layout.
+        match default_namespaces.used(&namespace) {
+            Ok(false) => {}
+            Ok(true) => {
+                skipped.push((
+                    name,
+                    "its namespace is or was the default generator's (cosid.namespace, or one cosid.history records)",
+                ));
+                continue;
+            }
+            Err(_) => {
+                skipped.push((
+                    name,
+                    "the default generator's history (cosid.history) cannot be read, so whether the default generator used its namespace is unknown",
+                ));
+                continue;
+            }
         }
         // A namespace keeps the layout it was first used with: ids of two layouts can
         // coincide. cosid_create_generator records and checks it; a row written past it, or

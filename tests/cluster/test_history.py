@@ -4,10 +4,11 @@ on real servers: a clean stop, then another namespace and an epoch moved forward
 until they are above the old ones, also across a kill -9 meanwhile); and a kill -9 under the old
 settings, after which the change is refused until the server stopped cleanly with them."""
 
+import datetime
 import time
 
 from helpers.clients import LoopingClients, duplicates
-from helpers.leases import FAST_LEASES, lease_cluster, try_next, wait_up
+from helpers.leases import FAST_LEASES, lease_cluster, try_next, ts_ms_of, wait_up
 from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_for
 
 COSID_EPOCH = "2019-12-24T16:00:00Z"
@@ -206,3 +207,48 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.start()
         resumed = wait_for(lambda: try_next(cluster)[0], 60, "generation with the last history")
         self.assertGreater(resumed, max(earlier_epoch_ids))
+
+    def test_a_named_generator_in_a_namespace_the_default_generator_used_is_refused(self):
+        # The finding: the default generator on machine id 7 in namespace 'orders', stopped
+        # cleanly and started in 'web'; a named generator 'legacy' in 'orders' with a later
+        # epoch then issued the default generator's ids again (11,494,787 duplicates): only the
+        # current cosid.namespace was compared.
+        fixed = {"cosid.distributor": "'manual'", "cosid.machine_id": "7"}
+        cluster = self.track(Cluster("history-named", free_port(25184),
+                                     {**fixed, "cosid.namespace": "'orders'"}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        default_ids = []
+        started = time.monotonic()
+        while time.monotonic() - started < 2:
+            default_ids += [int(v) for v in cluster.query(
+                "SELECT cosid_next() FROM generate_series(1, 2000)").split()]
+        cluster.stop()
+        cluster.settings = {**fixed, "cosid.namespace": "'web'"}
+        cluster.write_settings()
+        cluster.start()
+        # An epoch that dates this moment's ids as the middle of the default generator's.
+        middle_ms = ts_ms_of(default_ids[len(default_ids) // 2])
+        epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
+        epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+        legacy_ids = []
+        refusal = None
+        try:
+            cluster.query(f"SELECT cosid_create_generator('legacy', namespace => 'orders', "
+                          f"epoch => '{epoch.isoformat(timespec='milliseconds')}')")
+            legacy = wait_for(lambda: try_next(cluster, "SELECT cosid_next('legacy')")[0], 30,
+                              "generator legacy")
+            legacy_ids = [legacy] + [int(v) for v in cluster.query(
+                "SELECT cosid_next('legacy') FROM generate_series(1, 200000)").split()]
+        except SqlError as error:
+            refusal = error
+        repeated = len(set(legacy_ids) & set(default_ids))
+        self.assertEqual(repeated, 0, f"{repeated} of {len(legacy_ids)} ids issued again")
+        self.assertIsNotNone(refusal, "a named generator was created in the default's namespace")
+        self.assertEqual(refusal.sqlstate, "22023", refusal.stderr)
+        self.assertIn('namespace "orders" was the default generator\'s', refusal.message)
+        self.assertIn("cosid.history", refusal.stderr)
+        # A namespace the default generator never used is another matter.
+        cluster.query("SELECT cosid_create_generator('fresh', namespace => 'fresh')")
+        self.assertIsNotNone(
+            wait_for(lambda: try_next(cluster, "SELECT cosid_next('fresh')")[0], 30, "fresh"))
