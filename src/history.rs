@@ -62,7 +62,10 @@ pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
         Ok(generation) => generation,
         Err(why) => return Opening::Unusable(why),
     };
-    if let Err(not_the_last) = history::check_generation(previous.as_ref(), generation.as_ref()) {
+    if let Err(not_the_last) = history::check_generation(
+        previous.as_ref().map(|record| record.generation),
+        generation.as_ref().map(|record| record.generation),
+    ) {
         return Opening::Unusable(format!(
             "the history file \"{}\" {not_the_last} (\"{}\")",
             local_state::path(HISTORY_FILE),
@@ -179,7 +182,7 @@ pub fn read() -> Result<Option<HistoryRecord>, String> {
 }
 
 /// The generation file's record: `None` when there is none.
-fn read_generation() -> Result<Option<GenerationRecord>, String> {
+pub fn read_generation() -> Result<Option<GenerationRecord>, String> {
     match std::fs::read(GENERATION_FILE) {
         Ok(content) => GenerationRecord::parse(&content).map(Some).map_err(|why| {
             format!(
@@ -199,10 +202,8 @@ fn read_generation() -> Result<Option<GenerationRecord>, String> {
 /// file, so that a stop between the two leaves a history newer than the number, which is
 /// trusted, never one older.
 fn write(record: &HistoryRecord) -> Result<(), String> {
-    let generation = read_generation()?
-        .map_or(0, |written| written.generation)
-        .max(record.generation)
-        .saturating_add(1);
+    let written = read_generation()?.unwrap_or(GenerationRecord::new(0, 0));
+    let generation = written.generation.max(record.generation).saturating_add(1);
     local_state::write_line_durably(HISTORY_FILE, &record.numbered(generation).to_line()).map_err(
         |why| {
             format!(
@@ -211,11 +212,17 @@ fn write(record: &HistoryRecord) -> Result<(), String> {
             )
         },
     )?;
-    local_state::write_line_durably(
-        GENERATION_FILE,
-        &GenerationRecord::new(generation).to_line(),
-    )
-    .map_err(|why| {
+    write_generation(&GenerationRecord {
+        generation,
+        ..written
+    })
+}
+
+/// Writes the generation file, after the file whose number it records. Only the postmaster
+/// (the history, when no other process of the server runs) and the process that manages named
+/// generators (the names file) write it, never at once.
+pub fn write_generation(record: &GenerationRecord) -> Result<(), String> {
+    local_state::write_line_durably(GENERATION_FILE, &record.to_line()).map_err(|why| {
         format!(
             "could not write the generation file \"{}\": {why}",
             local_state::path(GENERATION_FILE)

@@ -14,6 +14,7 @@ mod history;
 mod hook;
 mod host;
 mod local_state;
+mod names;
 mod opening;
 mod settings;
 mod shmem;

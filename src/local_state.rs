@@ -23,8 +23,12 @@ pub const UPGRADE_MARKER: &str = "cosid.upgraded";
 /// files of ours, which `mark_upgraded` puts aside.
 pub const HISTORY_FILE: &str = "cosid.history";
 
-/// The number of the history's last write (`history.rs`), in a file of its own.
+/// The number of the history's and the names file's last writes (`history.rs`), in a file of
+/// its own.
 pub const GENERATION_FILE: &str = "cosid.generation";
+
+/// The names and namespaces of the server's named generators (`names.rs`).
+pub const NAMES_FILE: &str = "cosid.names";
 
 /// Marks the new data directory of a pg_upgrade: the server runs in binary-upgrade mode, and
 /// pg_upgrade keeps its output there (`pg_upgrade_output.d`, since PostgreSQL 15), not in the
@@ -45,7 +49,9 @@ pub fn mark_upgraded() -> Result<(), String> {
         let hex_suffix = name
             .strip_prefix(&format!("{STATE_FILE}."))
             .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()));
-        if name == STATE_FILE || name == HISTORY_FILE || name == GENERATION_FILE || hex_suffix {
+        if [STATE_FILE, HISTORY_FILE, GENERATION_FILE, NAMES_FILE].contains(&name.as_str())
+            || hex_suffix
+        {
             let aside = format!("{name}.before-pg_upgrade");
             std::fs::rename(&name, &aside).map_err(|why| {
                 format!("could not rename \"{}\" to \"{aside}\": {why}", path(&name))

@@ -124,20 +124,26 @@ pub struct PastDefinition {
 /// putting back an older copy of the history alone (the step a backup suggests) is caught.
 ///
 /// ```text
-/// {"cosid_generation":1,"generation":7}
+/// {"cosid_generation":1,"generation":7,"names":2}
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenerationRecord {
     pub cosid_generation: u64,
+    /// The number of the history's last write.
     pub generation: u64,
+    /// The number of the names file's last write (`names.rs`), written by the process that
+    /// manages named generators, while the postmaster, which writes the history, writes nothing.
+    #[serde(default)]
+    pub names: u64,
 }
 
 impl GenerationRecord {
-    pub fn new(generation: u64) -> GenerationRecord {
+    pub fn new(generation: u64, names: u64) -> GenerationRecord {
         GenerationRecord {
             cosid_generation: FORMAT_VERSION,
             generation,
+            names,
         }
     }
 
@@ -167,13 +173,13 @@ impl GenerationRecord {
     }
 }
 
-/// Why a history cannot be trusted although it reads well: it is not the last one this server
-/// wrote.
+/// Why a file cannot be trusted although it reads well: it is not the last one this server
+/// wrote. The texts complete "the ... file ...".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotTheLast {
-    /// The history file is missing, and the generation file says that this server wrote one.
+    /// The file is missing, and the generation file says that this server wrote it.
     Missing { written: u64 },
-    /// The history is an older copy: it has the number `found`, the last one written `written`.
+    /// The file is an older copy: it has the number `found`, the last one written `written`.
     Older { found: u64, written: u64 },
 }
 
@@ -182,34 +188,28 @@ impl std::fmt::Display for NotTheLast {
         match self {
             NotTheLast::Missing { written } => write!(
                 f,
-                "is missing, and the generation file says this server wrote its history {written} times"
+                "is missing, and the generation file says this server wrote it {written} times"
             ),
             NotTheLast::Older { found, written } => write!(
                 f,
-                "is an older copy: it is write number {found} of this server's history, and the \
-                 last one was number {written}"
+                "is an older copy: it is this server's write number {found} of it, and the last \
+                 one was number {written}"
             ),
         }
     }
 }
 
-/// Whether the history read (`None`: no file) is the last one written, as far as the
-/// generation file (`None`: no file, a history of before the number or a first start) knows.
-/// A history newer than the generation file is its last one: the server stopped between the two
-/// writes.
-pub fn check_generation(
-    history: Option<&HistoryRecord>,
-    written: Option<&GenerationRecord>,
-) -> Result<(), NotTheLast> {
-    let Some(written) = written.map(|record| record.generation) else {
+/// Whether a file read with the number `found` (`None`: no file) is the last one written, as
+/// far as the generation file knows (`written`; `None`: no generation file, or one of before
+/// the number: a first start). A file newer than the generation file is its last one: the
+/// server stopped between the two writes.
+pub fn check_generation(found: Option<u64>, written: Option<u64>) -> Result<(), NotTheLast> {
+    let Some(written) = written else {
         return Ok(());
     };
-    match history {
+    match found {
         None if written > 0 => Err(NotTheLast::Missing { written }),
-        Some(history) if history.generation < written => Err(NotTheLast::Older {
-            found: history.generation,
-            written,
-        }),
+        Some(found) if found < written => Err(NotTheLast::Older { found, written }),
         _ => Ok(()),
     }
 }
@@ -453,33 +453,25 @@ mod tests {
     use crate::layout::COSID_EPOCH_MS;
 
     #[test]
-    fn an_older_copy_or_a_missing_history_is_not_the_last() {
-        let layout = millis(COSID_EPOCH_MS);
-        let record =
-            |generation| HistoryRecord::running("cosid", &layout, None).numbered(generation);
-        let written = |generation| Some(GenerationRecord::new(generation));
+    fn an_older_copy_or_a_missing_file_is_not_the_last() {
+        assert_eq!(check_generation(Some(5), Some(5)), Ok(()));
+        // Stopped between the file's write and the generation file's.
+        assert_eq!(check_generation(Some(6), Some(5)), Ok(()));
         assert_eq!(
-            check_generation(Some(&record(5)), written(5).as_ref()),
-            Ok(())
-        );
-        // Stopped between the history's write and the generation file's.
-        assert_eq!(
-            check_generation(Some(&record(6)), written(5).as_ref()),
-            Ok(())
-        );
-        assert_eq!(
-            check_generation(Some(&record(4)), written(5).as_ref()),
+            check_generation(Some(4), Some(5)),
             Err(NotTheLast::Older {
                 found: 4,
                 written: 5
             })
         );
         assert_eq!(
-            check_generation(None, written(5).as_ref()),
+            check_generation(None, Some(5)),
             Err(NotTheLast::Missing { written: 5 })
         );
-        // No generation file: a first start, or a history of before the number.
-        assert_eq!(check_generation(Some(&record(0)), None), Ok(()));
+        // Never written (the names file of a server without named generators).
+        assert_eq!(check_generation(None, Some(0)), Ok(()));
+        // No generation file: a first start, or a file of before the number.
+        assert_eq!(check_generation(Some(0), None), Ok(()));
         assert_eq!(check_generation(None, None), Ok(()));
     }
 
@@ -518,12 +510,20 @@ mod tests {
 
     #[test]
     fn a_generation_record_reads_back_exactly() {
-        let record = GenerationRecord::new(42);
+        let record = GenerationRecord::new(42, 3);
         let line = record.to_line();
-        assert_eq!(line, "{\"cosid_generation\":1,\"generation\":42}\n");
+        assert_eq!(
+            line,
+            "{\"cosid_generation\":1,\"generation\":42,\"names\":3}\n"
+        );
         assert_eq!(GenerationRecord::parse(line.as_bytes()), Ok(record));
         assert!(GenerationRecord::parse(b"{\"cosid_generation\":1,\"generation\":42}").is_err());
         assert!(GenerationRecord::parse(b"{\"cosid_generation\":2,\"generation\":1}\n").is_err());
+        // One of before the names' number.
+        assert_eq!(
+            GenerationRecord::parse(b"{\"cosid_generation\":1,\"generation\":42}\n"),
+            Ok(GenerationRecord::new(42, 0))
+        );
         assert!(GenerationRecord::parse(b"{\"cosid_generation\":1,\"generation\":-1}\n").is_err());
         // A history of before the number reads as number 0.
         let old = "{\"cosid_history\":1,\"namespace\":\"cosid\",\"layout\":{\"epoch_ms\":1577203200000,\"time_unit\":\"millisecond\",\"timestamp_bits\":41,\"machine_bits\":10,\"sequence_bits\":12},\"last_ms\":null,\"floor_ms\":null}\n";

@@ -12,6 +12,7 @@ pub mod generator;
 pub mod history;
 pub mod layout;
 pub mod lease;
+pub mod names;
 pub mod protocol;
 pub mod registry;
 pub mod session_settings;

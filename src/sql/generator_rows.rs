@@ -127,6 +127,42 @@ pub(super) fn write_definition(
                 .raise();
             }
         }
+        // The same rules, kept by the server whatever database cosid.database names.
+        match crate::names::read() {
+            Ok(record) => match record.conflict(name, namespace, &layout_line) {
+                Some(cosid_core::names::Conflict::Name { earlier }) => {
+                    CosidError::invalid_argument(format!(
+                        "cosid generator name \"{name}\" was used with namespace \"{earlier}\" on this server"
+                    ))
+                    .detail(format!(
+                        "This server issued ids of namespace \"{earlier}\" to calls of cosid_next('{name}'), as the data directory's cosid.names records (cosid.database may have named another database then). Ids of another namespace can repeat them."
+                    ))
+                    .hint(format!(
+                        "Create it with namespace => '{earlier}' and its layout, or give the new definition a new name and call it by that name."
+                    ))
+                    .raise();
+                }
+                Some(cosid_core::names::Conflict::Layout { earlier }) => {
+                    CosidError::invalid_argument(format!(
+                        "namespace \"{namespace}\" was used with another layout on this server"
+                    ))
+                    .detail(format!(
+                        "This server issued ids of this namespace with the layout {earlier}, as the data directory's cosid.names records (cosid.database may have named another database then); this definition's is {layout_line}. Ids of two layouts in one namespace can coincide."
+                    ))
+                    .hint("A namespace keeps its layout. Give the new definition a new name and a new namespace, and call it by that name.")
+                    .raise();
+                }
+                None => {}
+            },
+            Err(why) => {
+                CosidError::prerequisite(
+                    "cosid cannot read the server's record of its generators' names",
+                )
+                .detail(format!("{why}."))
+                .hint("Make the file readable by the server, or put back the last one it wrote (never an older copy: it is refused), then create the generator.")
+                .raise();
+            }
+        }
         let defined = client
             .select("SELECT pg_catalog.count(*) FROM cosid.generator", None, &[])
             .or_raise_spi()

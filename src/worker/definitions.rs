@@ -5,6 +5,7 @@
 use crate::{shmem, store};
 use cosid_core::generator::check_sequence_reset_threshold;
 use cosid_core::layout::{Layout, LayoutError, TimeUnit};
+use cosid_core::names::Conflict;
 use cosid_core::protocol::layout_text;
 use std::time::Duration;
 
@@ -243,5 +244,58 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             sequence_reset_threshold,
         });
     }
-    Ok((rows, skipped))
+    Ok(keep_server_names(rows, skipped))
+}
+
+/// The rows that keep what this server's earlier named generators left, whatever database
+/// they were defined in (`cosid.names`): a name its namespace, a namespace its layout. Those
+/// not recorded yet are recorded before they can run; a record that cannot be read or written
+/// runs none of them.
+fn keep_server_names(rows: Vec<Row>, mut skipped: Vec<Skipped>) -> (Vec<Row>, Vec<Skipped>) {
+    let mut record = match crate::names::read() {
+        Ok(record) => record,
+        Err(_) => {
+            skipped.extend(rows.into_iter().map(|row| {
+                (
+                    row.name,
+                    "the server's record of its generators' names (cosid.names) cannot be read",
+                )
+            }));
+            return (Vec::new(), skipped);
+        }
+    };
+    let mut kept = Vec::new();
+    let mut changed = false;
+    for row in rows {
+        let layout = layout_text(&row.layout);
+        match record.conflict(&row.name, &row.namespace, &layout) {
+            Some(Conflict::Name { .. }) => skipped.push((
+                row.name,
+                "its name was used with another namespace on this server (cosid.names)",
+            )),
+            Some(Conflict::Layout { .. }) => skipped.push((
+                row.name,
+                "its namespace was used with another layout on this server (cosid.names)",
+            )),
+            None => {
+                changed |= record.add(&row.name, &row.namespace, &layout);
+                kept.push(row);
+            }
+        }
+    }
+    if changed && crate::names::write(&record).is_err() {
+        let recorded = crate::names::read().unwrap_or_default();
+        let (known, unknown): (Vec<Row>, Vec<Row>) = kept.into_iter().partition(|row| {
+            recorded.names.contains_key(&row.name)
+                && recorded.namespaces.contains_key(&row.namespace)
+        });
+        skipped.extend(unknown.into_iter().map(|row| {
+            (
+                row.name,
+                "the server's record of its generators' names (cosid.names) cannot be written",
+            )
+        }));
+        kept = known;
+    }
+    (kept, skipped)
 }

@@ -252,3 +252,69 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.query("SELECT cosid_create_generator('fresh', namespace => 'fresh')")
         self.assertIsNotNone(
             wait_for(lambda: try_next(cluster, "SELECT cosid_next('fresh')")[0], 30, "fresh"))
+
+    def test_a_name_created_again_after_cosid_database_moved_keeps_its_layout(self):
+        # The finding: cosid_next('orders'), then cosid.database pointed to a new database (as
+        # the drop guard's hint said), the extension created there and 'orders' created again
+        # with a later epoch: both on machine id 0 of namespace 'orders', 208,355 duplicates.
+        # The name's namespace and the namespace's layout lived only in the old database.
+        cluster = self.track(lease_cluster("history-moved", 25185,
+                                           **{"cosid.database": "'db_a'"}))
+        cluster.query("CREATE DATABASE db_a")
+        cluster.query("CREATE EXTENSION cosid", db="db_a")
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        cluster.query("SELECT cosid_create_generator('orders')", db="db_a")
+        next_orders = "SELECT cosid_next('orders') FROM generate_series(1, 2000)"
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('orders')")[0], 30, "orders")
+        old_ids = []
+        started = time.monotonic()
+        while time.monotonic() - started < 2:
+            old_ids += [int(v) for v in cluster.query(next_orders, db="db_a").split()]
+        cluster.stop()
+        cluster.settings = {**FAST_LEASES, "cosid.database": "'db_b'"}
+        cluster.write_settings()
+        cluster.start()
+        cluster.query("CREATE DATABASE db_b")
+        cluster.query("CREATE EXTENSION cosid", db="db_b")
+        wait_up(cluster)
+        middle_ms = ts_ms_of(old_ids[len(old_ids) // 2])
+        epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
+        epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+        new_ids = []
+        refusal = None
+        try:
+            cluster.query("SELECT cosid_create_generator('orders', epoch => "
+                          f"'{epoch.isoformat(timespec='milliseconds')}')", db="db_b")
+            wait_for(lambda: try_next(cluster, "SELECT cosid_next('orders')")[0], 30, "orders")
+            started = time.monotonic()
+            while time.monotonic() - started < 2:
+                new_ids += [int(v) for v in cluster.query(next_orders, db="db_b").split()]
+        except SqlError as error:
+            refusal = error
+        repeated = len(set(new_ids) & set(old_ids))
+        self.assertEqual(repeated, 0, f"{repeated} of {len(new_ids)} ids issued again")
+        self.assertIsNotNone(refusal, "'orders' was created again with another layout")
+        self.assertEqual(refusal.sqlstate, "22023", refusal.stderr)
+        self.assertIn('namespace "orders" was used with another layout on this server',
+                      refusal.message)
+        # A definition written past the check into the new database's tables (consistent with
+        # them: the name in another namespace) is not run.
+        layout = f"epoch {EPOCH_MS} ms, millisecond, 41/10/12 bits"
+        cluster.query("INSERT INTO cosid.generator_name (name, namespace) "
+                      "VALUES ('orders', 'elsewhere');"
+                      "INSERT INTO cosid.generator_namespace (namespace, layout) "
+                      f"VALUES ('elsewhere', '{layout}');"
+                      "INSERT INTO cosid.generator (name, namespace, epoch_ms, time_unit, "
+                      "timestamp_bits, machine_bits, sequence_bits) VALUES ('orders', "
+                      f"'elsewhere', {EPOCH_MS}, 'millisecond', 41, 10, 12)", db="db_b")
+        wait_for(lambda: "its name was used with another namespace on this server"
+                 in cluster.log(), 30, "the definition to be skipped")
+        self.assertIsNone(try_next(cluster, "SELECT cosid_next('orders')")[0])
+        # The namespace with the layout it had takes another generator, whose ids are above
+        # the old ones.
+        cluster.query("SELECT cosid_create_generator('again', namespace => 'orders')",
+                      db="db_b")
+        first = wait_for(lambda: try_next(cluster, "SELECT cosid_next('again')")[0], 30,
+                         "a generator of namespace orders with its layout")
+        self.assertGreater(first, max(old_ids))

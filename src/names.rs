@@ -1,0 +1,59 @@
+//! The names and namespaces of this server's named generators, `cosid.names` in the data
+//! directory, kept whatever database `cosid.database` names (the rules and the record are in
+//! `cosid_core::names`). Only the process that manages named generators writes it, before it
+//! runs a definition it has not recorded yet; backends read it to refuse such a definition when
+//! it is created. A file that cannot be read exactly, or that is older than the generation file
+//! says, is a record nobody knows: no named generator runs, and none is created.
+
+use crate::history;
+use crate::local_state::{self, NAMES_FILE};
+use cosid_core::names::NamesRecord;
+
+/// The record: an empty one when there is no file and none was written.
+pub fn read() -> Result<NamesRecord, String> {
+    let record = match std::fs::read(NAMES_FILE) {
+        Ok(content) => Some(NamesRecord::parse(&content).map_err(|why| {
+            format!("the names file \"{}\" {why}", local_state::path(NAMES_FILE))
+        })?),
+        Err(why) if why.kind() == std::io::ErrorKind::NotFound => None,
+        Err(why) => {
+            return Err(format!(
+                "the names file \"{}\" could not be read: {why}",
+                local_state::path(NAMES_FILE)
+            ))
+        }
+    };
+    let written = history::read_generation()?.map(|generation| generation.names);
+    cosid_core::history::check_generation(record.as_ref().map(|r| r.generation), written).map_err(
+        |not_the_last| {
+            format!(
+                "the names file \"{}\" {not_the_last} (\"{}\")",
+                local_state::path(NAMES_FILE),
+                local_state::path(local_state::GENERATION_FILE)
+            )
+        },
+    )?;
+    Ok(record.unwrap_or_default())
+}
+
+/// Writes `record` as the names file's next generation: the file first, then the generation
+/// file. In the process that manages named generators only.
+pub fn write(record: &NamesRecord) -> Result<(), String> {
+    let written =
+        history::read_generation()?.unwrap_or(cosid_core::history::GenerationRecord::new(0, 0));
+    let generation = written.names.max(record.generation).saturating_add(1);
+    let numbered = NamesRecord {
+        generation,
+        ..record.clone()
+    };
+    local_state::write_line_durably(NAMES_FILE, &numbered.to_line()).map_err(|why| {
+        format!(
+            "could not write the names file \"{}\": {why}",
+            local_state::path(NAMES_FILE)
+        )
+    })?;
+    history::write_generation(&cosid_core::history::GenerationRecord {
+        names: generation,
+        ..written
+    })
+}
