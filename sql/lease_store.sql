@@ -23,6 +23,11 @@
 --   recovery, a restore into another cluster or database) is never trusted at once: after its
 --   identity changes, no machine id is handed out as released, new or expired until a whole
 --   safe guard has passed, while holders whose claim it still shows keep renewing.
+-- - Every duration and timestamp a holder passes is checked against its limit before anything
+--   is computed or recorded from it (a safe guard of 1 ms to a day; a watermark of 0 to the
+--   safe guard and an hour ahead of the store's clock), and recording a change of the store's
+--   identity takes no lock: a holder's open transaction holds nothing another caller waits for,
+--   beyond the lease rows and namespace it claimed itself.
 -- - Members of pg_monitor read cosid.leases (no claim token is in it) and nothing else: schema
 --   cosid, the view and the function behind it.
 
@@ -181,18 +186,23 @@ COMMENT ON TABLE cosid.lease_namespace IS
 -- The identity of the store the leases were last written in, and since when: a promoted
 -- standby, a point-in-time recovery and a restore into another cluster or database each give
 -- the store another identity, and each may have lost writes whose commit the holders were
--- told of. settles says whether the change must be waited out (not at install); max_safe_guard
--- is the longest safe guard any holder ever gave, which only rises.
+-- told of. A record that only grows, one row per sighting, so that recording one never waits
+-- for, nor makes anybody wait for, another caller's transaction (a holder's credential may
+-- keep one open): the identity it was made in (a lease row written on an earlier timeline of
+-- the same cluster and database that is recorded here is the store's own), when, whether it is a change to wait out (settles;
+-- not the identity found at install or at an update in place), the versions of lease rows
+-- written elsewhere that it accounts for (rows_seen), and a safe guard a holder gave with a
+-- write (max_safe_guard: the longest ever given is the greatest of the rows').
 CREATE TABLE cosid.store_identity (
-    only_row       boolean     PRIMARY KEY DEFAULT true CHECK (only_row),
     identity       text        NOT NULL,
     seen_at        timestamptz NOT NULL,
     settles        boolean     NOT NULL,
-    max_safe_guard interval    NOT NULL DEFAULT interval '0'
+    max_safe_guard interval    NOT NULL DEFAULT interval '0',
+    rows_seen      text[]      NOT NULL DEFAULT '{}'
 );
 
 COMMENT ON TABLE cosid.store_identity IS
-    'The identity of the database cosid''s leases were last written in (system identifier, timeline, database), and when it was first seen.';
+    'The identities of the database cosid''s leases were written in (system identifier, timeline, database), when each change was first seen, and the longest safe guard any holder gave.';
 
 -- This database's identity now: the cluster's system identifier (a new one in another
 -- cluster), the timeline WAL is written on (a new one at every promotion and point-in-time
@@ -210,11 +220,16 @@ $$;
 
 -- Until when this store must not hand out a machine id as released, new or expired (NULL when
 -- it need not), and its identity now, which every protocol write records in its row. A call
--- that finds another identity than the one recorded, or lease rows written elsewhere (a
--- restore into this database), records the change with the time, and the store settles a
--- whole safe guard later: the longest any holder ever gave, any row records, or the caller's.
--- A holder whose claim, renewal or release the store forgot stops generating within its safe
--- guard of its last write, which was before the change was seen (Chubby's lock delay).
+-- that finds an identity this store never recorded, or lease rows written elsewhere (a restore
+-- into this database) that no sighting accounts for, records the change with the time, and the
+-- store settles a whole safe guard after the change was first seen: the longest any holder
+-- ever gave, any row records, or the caller's, at most a day. A holder whose claim, renewal or
+-- release the store forgot stops generating within its safe guard of its last write, which was
+-- before the change was seen (Chubby's lock delay). Every sighting made after the change is as
+-- safe as the first: a caller that cannot see another's uncommitted one records its own, and
+-- the earliest of a change's sightings counts, so that a sighting committed late (from an old
+-- snapshot) delays nothing. Nothing here locks a row: a caller's open transaction holds only
+-- the rows it inserted, which nobody waits for. The safe guard must be 1 ms to a day.
 CREATE FUNCTION cosid.store_settles_at(p_safe_guard_ms bigint,
                                        OUT settles_at timestamptz, OUT identity text)
 LANGUAGE plpgsql
@@ -222,39 +237,65 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_row      cosid.store_identity;
-    v_guard    interval := greatest(p_safe_guard_ms, 1) * interval '1 millisecond';
+    v_unseen text[];
+    v_seen   timestamptz;
 BEGIN
+    IF p_safe_guard_ms IS NULL OR p_safe_guard_ms < 1 OR p_safe_guard_ms > 86400000 THEN
+        RAISE EXCEPTION 'invalid safe guard % ms', p_safe_guard_ms
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A safe guard is from 1 ms to a day (86400000 ms).';
+    END IF;
     identity := cosid.store_identity_now();
-    SELECT * INTO v_row FROM cosid.store_identity i;
-    IF v_row.identity IS DISTINCT FROM identity
-       OR EXISTS (SELECT FROM cosid.machine_lease l WHERE l.written_in <> identity) THEN
-        -- Decided again under the row's lock, which a concurrent caller may have taken to
-        -- record the same change. A row deleted by hand is a change too.
-        INSERT INTO cosid.store_identity AS i (identity, seen_at, settles)
-            VALUES ('', clock_timestamp(), true) ON CONFLICT DO NOTHING;
-        SELECT * INTO v_row FROM cosid.store_identity i FOR UPDATE;
-        IF v_row.identity <> identity
-           OR EXISTS (SELECT FROM cosid.machine_lease l WHERE l.written_in <> identity) THEN
-            UPDATE cosid.store_identity i
-               SET identity = store_settles_at.identity, seen_at = clock_timestamp(),
-                   settles = true
-             RETURNING * INTO v_row;
-            -- Those rows are accounted for by this change.
-            UPDATE cosid.machine_lease l SET written_in = store_settles_at.identity
-             WHERE l.written_in <> store_settles_at.identity;
-        END IF;
+    -- Rows written neither now nor on an earlier timeline of this cluster and database that
+    -- this store recorded (not rows that a restore brought with the record of another store),
+    -- each version of which counts once (a row merged again by a restore is a new version).
+    SELECT array_agg(md5(l.xmin::text || ' ' || l::text)) INTO v_unseen
+      FROM cosid.machine_lease l
+     WHERE l.written_in <> store_settles_at.identity
+       AND NOT (regexp_replace(l.written_in, ', timeline [0-9]+,', ',')
+                    = regexp_replace(store_settles_at.identity, ', timeline [0-9]+,', ',')
+                AND l.written_in IN (SELECT i.identity FROM cosid.store_identity i))
+       AND md5(l.xmin::text || ' ' || l::text)
+           NOT IN (SELECT r.version FROM cosid.store_identity i, unnest(i.rows_seen) r(version));
+    IF v_unseen IS NOT NULL
+       OR NOT EXISTS (SELECT FROM cosid.store_identity i
+                       WHERE i.identity = store_settles_at.identity) THEN
+        INSERT INTO cosid.store_identity (identity, seen_at, settles, rows_seen)
+            VALUES (store_settles_at.identity, clock_timestamp(), true, coalesce(v_unseen, '{}'));
     END IF;
-    IF v_row.max_safe_guard < v_guard THEN
-        UPDATE cosid.store_identity i SET max_safe_guard = greatest(i.max_safe_guard, v_guard);
-    END IF;
+    -- When the last change was first seen: the store's identity, or a row written elsewhere.
+    v_seen := greatest(
+        (SELECT min(i.seen_at) FROM cosid.store_identity i
+          WHERE i.identity = store_settles_at.identity AND i.settles),
+        (SELECT max(f.first_seen)
+           FROM (SELECT min(i.seen_at) AS first_seen
+                   FROM cosid.store_identity i, unnest(i.rows_seen) r(version)
+                  GROUP BY r.version) f));
     -- A safe guard is at most a day.
-    IF v_row.settles AND v_row.seen_at > clock_timestamp() - interval '1 day' THEN
-        settles_at := v_row.seen_at
-            + greatest(v_guard, v_row.max_safe_guard,
-                       (SELECT max(l.safe_guard) FROM cosid.machine_lease l));
+    IF v_seen > clock_timestamp() - interval '1 day' THEN
+        settles_at := v_seen
+            + least(interval '1 day',
+                    greatest(p_safe_guard_ms * interval '1 millisecond',
+                             (SELECT max(i.max_safe_guard) FROM cosid.store_identity i),
+                             (SELECT max(l.safe_guard) FROM cosid.machine_lease l)));
     END IF;
 END
+$$;
+
+-- Records the safe guard (1 ms to a day) a holder gave with a lease it wrote, if it is longer
+-- than any recorded: a row of its own, not an update, so that nobody waits for it; rounded up
+-- to a whole second, so that at most one row a second of safe guard is ever added.
+CREATE FUNCTION cosid.store_guard_given(p_safe_guard_ms bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+INSERT INTO cosid.store_identity (identity, seen_at, settles, max_safe_guard)
+SELECT cosid.store_identity_now(), clock_timestamp(), false,
+       ceil(p_safe_guard_ms / 1000.0)::double precision * interval '1 second'
+ WHERE p_safe_guard_ms BETWEEN 1 AND 86400000
+   AND NOT EXISTS (SELECT FROM cosid.store_identity i
+                    WHERE i.max_safe_guard >= p_safe_guard_ms * interval '1 millisecond')
 $$;
 
 -- What the next holder of a lease must wait for: the exact last timestamp of a release, else the
@@ -422,7 +463,7 @@ DECLARE
     v_settling boolean;
     v_settled_ms bigint;
     v_max      integer;
-    v_clock_ms bigint := p_watermark_ms - p_safe_guard_ms;
+    v_clock_ms bigint;
     v_lease    cosid.machine_lease;
     v_outcome  text;
     v_taken    integer;
@@ -433,15 +474,18 @@ BEGIN
        OR p_claim_token IS NULL OR p_claim_token = '' OR p_stable IS NULL
        OR p_machine_bits IS NULL OR p_machine_bits < 0 OR p_machine_bits > 31
        OR p_safe_guard_ms IS NULL OR p_safe_guard_ms <= 0 OR p_safe_guard_ms > 86400000
-       OR p_watermark_ms IS NULL OR p_layout IS NULL OR p_knows_settling IS NULL
+       OR p_watermark_ms IS NULL OR p_watermark_ms < 0
+       OR p_layout IS NULL OR p_knows_settling IS NULL
        -- Only servers of 0.1.0 do not say their layout, through their form of the claim below;
        -- this one and 0.2.0's always do. An empty layout would skip the comparison.
        OR (p_layout = '' AND p_knows_settling)
        OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
         RAISE EXCEPTION 'invalid arguments to cosid.lease_claim'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The namespace, instance id, claim token and layout must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark at most the safe guard and an hour ahead of the store''s clock.';
+                  DETAIL = 'The namespace, instance id, claim token and layout must not be empty, machine bits must be 0 to 31, the safe guard from 1 ms to a day, and the watermark from 0 to the safe guard and an hour ahead of the store''s clock.';
     END IF;
+    -- Every input is within its bounds now, so nothing below can overflow.
+    v_clock_ms := p_watermark_ms - p_safe_guard_ms;
     v_max := ((1::bigint << p_machine_bits) - 1)::integer;
     INSERT INTO cosid.lease_namespace AS n (namespace) VALUES (p_namespace)
         ON CONFLICT DO NOTHING;
@@ -455,10 +499,11 @@ BEGIN
     -- What a holder the store forgot issued is below the time it settled, on the store's
     -- clock; a holder's clock may run ahead of it by as much as the rows show (watermark minus
     -- the store's time of the write minus the safe guard).
+    -- (In numeric: a restored row may hold any value.)
     v_settled_ms := CASE WHEN v_settles IS NULL THEN 0 ELSE cosid.unix_ms(v_settles)
         + coalesce((SELECT greatest(0, least(3600000, max(
-                               l.watermark_ms - cosid.unix_ms(l.renewed_at)
-                               - cosid.unix_ms(to_timestamp(0) + l.safe_guard))))
+                               l.watermark_ms::numeric - cosid.unix_ms(l.renewed_at)
+                               - extract(epoch FROM l.safe_guard) * 1000)))::bigint
                       FROM cosid.machine_lease l), 0) END;
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
     -- Every machine id handed out now would wait for that floor, and one further ahead of the
@@ -541,6 +586,7 @@ BEGIN
                         v_settled_ms, v_identity)
                 ON CONFLICT DO NOTHING;
                 IF FOUND THEN
+                    PERFORM cosid.store_guard_given(p_safe_guard_ms);
                     RETURN QUERY SELECT 'new'::text, v_taken, v_settled_ms,
                                         cosid.unix_ms(v_expires), cosid.unix_ms(v_now);
                     RETURN;
@@ -596,6 +642,7 @@ BEGIN
            AND l.claim_token = v_lease.claim_token AND l.state = v_lease.state
            AND l.expires_at = v_lease.expires_at;
         IF FOUND THEN
+            PERFORM cosid.store_guard_given(p_safe_guard_ms);
             RETURN QUERY SELECT v_outcome, v_lease.machine_id, v_previous,
                                 cosid.unix_ms(v_expires), cosid.unix_ms(v_now);
             RETURN;
@@ -665,7 +712,9 @@ $$;
 -- a holder that says it is still generating (p_holder_live: its own deadline, from renewals
 -- some store acknowledged, has not passed), since nobody else could take the machine id
 -- meanwhile; a holder that stopped may have been followed by one the store forgot. Times come
--- as timestamptz (for servers of cosid 0.1.0) and as Unix milliseconds.
+-- as timestamptz (for servers of cosid 0.1.0) and as Unix milliseconds. A safe guard outside 1
+-- ms to a day, or a watermark outside 0 to the safe guard and an hour ahead of the store's
+-- clock, renews nothing (no row), and nothing is recorded.
 CREATE FUNCTION cosid.lease_renew(
     p_namespace     text,
     p_machine_id    integer,
@@ -685,22 +734,29 @@ DECLARE
     v_settles  timestamptz;
     v_identity text;
 BEGIN
+    IF p_safe_guard_ms IS NULL OR p_safe_guard_ms < 1 OR p_safe_guard_ms > 86400000
+       OR p_watermark_ms IS NULL OR p_watermark_ms < 0
+       OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
+        RETURN;
+    END IF;
     SELECT s.settles_at, s.identity INTO v_settles, v_identity
       FROM cosid.store_settles_at(p_safe_guard_ms) s;
     RETURN QUERY
     UPDATE cosid.machine_lease l
        SET renewed_at = clock_timestamp(), written_in = v_identity,
-           expires_at = clock_timestamp() + greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
-           safe_guard = greatest(p_safe_guard_ms, 1) * interval '1 millisecond',
+           expires_at = clock_timestamp() + p_safe_guard_ms * interval '1 millisecond',
+           safe_guard = p_safe_guard_ms * interval '1 millisecond',
            watermark_ms = greatest(l.watermark_ms, p_watermark_ms)
      WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
        AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
-       AND l.state = 'claimed' AND p_safe_guard_ms <= 86400000
-       AND p_watermark_ms <= cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000
+       AND l.state = 'claimed'
        AND (v_settles IS NULL OR v_settles <= clock_timestamp()
             OR coalesce(p_holder_live, l.expires_at > clock_timestamp()))
     RETURNING l.expires_at, l.renewed_at, cosid.unix_ms(l.expires_at),
               cosid.unix_ms(l.renewed_at);
+    IF FOUND THEN
+        PERFORM cosid.store_guard_given(p_safe_guard_ms);
+    END IF;
 END
 $$;
 
@@ -741,9 +797,15 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    -- A change of the store's identity is recorded before the row is written in the new one.
-    v_identity text := (SELECT s.identity FROM cosid.store_settles_at(1) s);
+    v_identity text;
 BEGIN
+    -- The watermark is only compared (at most an hour ahead of the store's clock, or the
+    -- row's), never computed with.
+    IF p_watermark_ms IS NULL THEN
+        RETURN false;
+    END IF;
+    -- A change of the store's identity is recorded before the row is written in the new one.
+    v_identity := (SELECT s.identity FROM cosid.store_settles_at(1) s);
     UPDATE cosid.machine_lease l
        SET state = CASE WHEN l.stable THEN 'claimed' ELSE 'released' END,
            expires_at = least(l.expires_at, clock_timestamp()),
@@ -752,7 +814,7 @@ BEGIN
            written_in = v_identity
      WHERE l.namespace = p_namespace AND l.machine_id = p_machine_id
        AND l.instance_id = p_instance_id AND l.claim_token = p_claim_token
-       AND l.state = 'claimed' AND p_watermark_ms IS NOT NULL
+       AND l.state = 'claimed'
        AND p_watermark_ms <= greatest(l.watermark_ms,
                                       cosid.unix_ms(clock_timestamp()) + 3600000);
     RETURN FOUND;
@@ -872,6 +934,7 @@ ALTER TABLE cosid.lease_namespace OWNER TO cosid_lease_owner;
 ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_guard_given(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.unix_ms(timestamptz) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_guard() OWNER TO cosid_lease_owner;
@@ -892,7 +955,7 @@ REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.store_iden
     cosid.leases FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
     cosid.machine_lease_guard(), cosid.machine_lease_merge(), cosid.store_identity_now(),
-    cosid.store_settles_at(bigint),
+    cosid.store_settles_at(bigint), cosid.store_guard_given(bigint),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),

@@ -64,6 +64,7 @@ COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint,
 COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: the renewal as servers of cosid 0.1.0 to 0.4.0 call it.';
 COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
 COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore), NULL when it need not; and its identity now.';
+COMMENT ON FUNCTION cosid.store_guard_given(bigint) IS 'Lease protocol: records the safe guard a holder gave with a lease it wrote, if it is the longest yet, which the store settles for after its identity changed.';
 COMMENT ON FUNCTION cosid.machine_lease_merge() IS 'Trigger of cosid.machine_lease: merges a restored row (pg_restore) into the row its machine id already has, keeping the higher watermark, instead of failing the COPY; refuses a row of another id layout than its namespace, or one that overlaps a claim held.';
 
 -- cosid_convert_column refuses the extension's own tables (sql/convert_column.sql).

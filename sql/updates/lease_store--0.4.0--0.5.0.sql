@@ -73,12 +73,14 @@ AS $$ SELECT '0.5.0'::text $$;
 ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_guard_given(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_merge() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) OWNER TO cosid_lease_owner;
 
 REVOKE ALL ON TABLE cosid.store_identity FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.store_identity_now(), cosid.store_settles_at(bigint),
+    cosid.store_guard_given(bigint),
     cosid.machine_lease_merge(),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) FROM PUBLIC;

@@ -72,7 +72,7 @@ class Restore(ClusterTest):
         self.assertEqual(rows[2][:5], dumped[2][:5])
         # The rows came from elsewhere: the store settles, so that no machine id is handed out
         # as released, new or expired before a safe guard has passed.
-        wait_for(lambda: cluster.query("SELECT settles FROM cosid.store_identity",
+        wait_for(lambda: cluster.query("SELECT bool_or(settles) FROM cosid.store_identity",
                                        db="appdb") == "t", 10, "the store to settle")
         return rows
 

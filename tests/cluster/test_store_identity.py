@@ -1,17 +1,31 @@
 """The lease store's identity, through its protocol as holders call it: a store restored into
-another cluster, lease rows restored into a store installed afresh, and an identity row deleted
-by hand each make the store settle for a whole safe guard, during which no machine id is handed
-out as released, new or expired, a live holder keeps renewing, a stopped one does not, and after
-which every claim waits past the time it settled. (The failovers themselves are in
-tests/faults/test_failover.py.)"""
+another cluster, lease rows restored into a store installed afresh, and an identity record
+deleted by hand each make the store settle for a whole safe guard, during which no machine id is
+handed out as released, new or expired, a live holder keeps renewing, a stopped one does not,
+and after which every claim waits past the time it settled. Against a holder's credential:
+durations and timestamps out of range are refused before anything is computed or recorded (one
+used to make every call fail with "timestamp out of range" after the next identity change), and
+a holder's open transaction that saw the change first does not stall the fleet's renewals. (The
+failovers themselves are in tests/faults/test_failover.py.)"""
 
+import os
+import signal
+import subprocess
 import time
 
-from helpers.fleet import restore_store_copy, start_store
-from helpers.pgcluster import ClusterTest
+from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, fleet_server, restore_store_copy,
+                           start_store)
+from helpers.leases import DEADLINE_S, FAST_LEASES, status, try_next, wait_up
+from helpers.pgcluster import PG_BIN, ClusterTest, SqlError, query_as, wait_for
 
 SAFE_GUARD_MS = 3000
 LAYOUT = "epoch 0 ms, millisecond, 41/4/12 bits"
+
+
+# Whether the store has recorded a change to wait out.
+SETTLES = "SELECT bool_or(settles) FROM cosid.store_identity"
+# What a failover looks like to the store: its identity now is none it recorded.
+IDENTITY_CHANGE = "UPDATE cosid.store_identity SET identity = 'system 1, timeline 1, database 1'"
 
 
 def now_ms():
@@ -58,11 +72,11 @@ class StoreIdentity(ClusterTest):
         # The store before the restore answers at once.
         self.assertEqual(claim(store, "third")[:2], ["new", "2"])
         copy = self.track(restore_store_copy(store, "identity-store-copy", 25945))
-        self.assertEqual(copy.query("SELECT settles FROM cosid.store_identity"), "f")
+        self.assertEqual(copy.query(SETTLES), "f")
         time.sleep(SAFE_GUARD_MS / 1000 + 0.2)
         # "stopped" and "third" are expired now, and would be taken at once by the copy.
         self.assert_settles(copy, "holder", 0)
-        self.assertEqual(copy.query("SELECT settles FROM cosid.store_identity"), "t")
+        self.assertEqual(copy.query(SETTLES), "t")
 
     def test_rows_restored_into_a_store_installed_afresh_settle(self):
         store = self.track(start_store("identity-rows", 25950))
@@ -82,3 +96,121 @@ class StoreIdentity(ClusterTest):
         store.query("DELETE FROM cosid.store_identity")
         time.sleep(SAFE_GUARD_MS / 1000 + 0.2)
         self.assert_settles(store, "holder", 0)
+
+
+class AgainstAHolder(ClusterTest):
+    """The protocol under a holder's credential (a role with only cosid_lease_holder), with a
+    server of the fleet generating."""
+
+    def fleet(self, name, port):
+        store = self.track(start_store(f"{name}-store", port))
+        server = self.server(f"{name}-server", port + 3, store)
+        return store, server, wait_up(server)["machine_id"]
+
+    def server(self, name, port, store):
+        server = self.track(fleet_server(name, port, store.port, FAST_LEASES))
+        server.start()
+        server.query("CREATE EXTENSION cosid")
+        return server
+
+    def as_holder(self, store, sql):
+        return query_as(store, FLEET_ROLE, sql, FLEET_PASSWORD)
+
+    def test_out_of_range_durations_are_refused_and_the_next_change_settles(self):
+        store, server, _ = self.fleet("identity-bounds", 25960)
+        recorded = store.query("SELECT max(max_safe_guard) FROM cosid.store_identity")
+        layout = store.query("SELECT cosid.lease_namespace_layout('cosid')")
+        # Safe guards beyond a day (the one that made every call fail after the next change:
+        # its settle time overflowed; 10^15 ms blocked claims until 33715), none, and watermarks
+        # below 0 or far ahead: no renewal, no claim, nothing recorded.
+        for guard, watermark in (("9223372036854000", "0"), ("1000000000000000", "0"),
+                                 ("86400001", "0"), ("0", "0"), ("-1", "0"), ("NULL", "0"),
+                                 ("4000", "-1"), ("4000", "(-9223372036854775807)"),
+                                 ("4000", "9223372036854775807"),
+                                 ("9223372036854775807", "9223372036854775807")):
+            with self.subTest(guard=guard, watermark=watermark):
+                self.assertEqual(self.as_holder(
+                    store, "SELECT count(*) FROM cosid.lease_renew('nope', 0, 'nope', 'nope', "
+                    f"{guard}, {watermark}, true)"), "0")
+                with self.assertRaises(SqlError) as refused:
+                    self.as_holder(store, "SELECT cosid.lease_claim('nope', 4, 'nope', false, "
+                                   f"{guard}, 'nope', {watermark}, '{layout}', true)")
+                self.assertEqual(refused.exception.sqlstate, "22023", refused.exception.stderr)
+        self.assertEqual(self.as_holder(
+            store, "SELECT cosid.lease_release('nope', 0, 'nope', 'nope', "
+            "9223372036854775807)"), "f")
+        with self.subTest("nothing recorded"):
+            self.assertEqual(store.query("SELECT max(max_safe_guard) FROM cosid.store_identity"),
+                             recorded)
+            self.assertEqual(store.query(SETTLES), "f")
+        # After the next change the store settles for the longest safe guard its holders gave
+        # (4 s, not a day), the server keeps renewing, and a new server claims once it settled.
+        store.query(IDENTITY_CHANGE)
+        outcome, settles_at_ms, store_now_ms = self.as_holder(
+            store, "SELECT outcome, expires_at_ms, store_now_ms FROM cosid.lease_claim('cosid', "
+            f"10, 'newcomer', false, 1000, 't-newcomer', {now_ms()}, '{layout}', true)"
+        ).split("|")
+        self.assertEqual(outcome, "settling")
+        self.assertLessEqual(int(settles_at_ms) - int(store_now_ms), 4000)
+        renewed = store.query("SELECT max(renewed_at) FROM cosid.machine_lease")
+        wait_for(lambda: store.query("SELECT max(renewed_at) > "
+                                     f"'{renewed}' FROM cosid.machine_lease") == "t",
+                 15, f"a renewal after the change:\n{status(server)}")
+        second = self.server("identity-bounds-second", 25966, store)
+        wait_up(second, timeout=30)
+        self.assertEqual(status(server)["state"], "UP")
+        self.assertIsNone(try_next(server)[1])
+
+    def test_a_holders_open_transaction_does_not_stall_renewals_after_a_change(self):
+        store, server, machine_id = self.fleet("identity-locks", 25970)
+        layout = store.query("SELECT cosid.lease_namespace_layout('cosid')")
+        # The server's worker is held while the store changes, so that the holder is the first
+        # to see the change, inside a transaction it keeps open.
+        worker = server.worker_pid()
+        os.kill(worker, signal.SIGSTOP)
+        self.addCleanup(os.kill, worker, signal.SIGCONT)
+        wait_for(lambda: store.query(
+            "SELECT count(*) FROM pg_stat_activity "
+            f"WHERE usename = '{FLEET_ROLE}' AND state <> 'idle'") == "0", 10,
+            "the server's store call in flight to end")
+        store.query(IDENTITY_CHANGE)
+        changed_at = store.query("SELECT clock_timestamp()")
+        holder = subprocess.Popen(
+            [str(PG_BIN / "psql"), "-X", "-q", "-At", "-h", "127.0.0.1", "-p", str(store.port),
+             "-U", FLEET_ROLE, "-d", "postgres"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PGPASSWORD=FLEET_PASSWORD))
+        self.addCleanup(holder.stdout.close)
+        self.addCleanup(holder.kill)
+        holder.stdin.write("BEGIN; SELECT cosid.lease_release('x', 0, 'x', 'x', 0);\n")
+        holder.stdin.flush()
+        self.assertEqual(holder.stdout.readline().strip(), "f")
+        os.kill(worker, signal.SIGCONT)
+
+        def renewed_for(seconds, timeout):
+            """Waits until the server renewed `seconds` after the change."""
+            try:
+                wait_for(lambda: store.query(
+                    f"SELECT renewed_at > '{changed_at}'::timestamptz + interval '{seconds} s' "
+                    f"FROM cosid.machine_lease WHERE machine_id = {machine_id}") == "t",
+                    timeout, f"a renewal {seconds} s after the change")
+            except AssertionError as timed_out:
+                raise AssertionError(f"{timed_out}; the server: {status(server)}") from None
+
+        # The server renews at once (every 0.5 s)...
+        renewed_for(0, 10)
+        # ...nothing is handed out meanwhile, whoever recorded the change (a claimer's own safe
+        # guard counts: 60 s keeps the store settling for this check however slow the
+        # machine)...
+        self.assertEqual(self.as_holder(
+            store, "SET lock_timeout = '5s'; "
+            "SELECT outcome FROM cosid.lease_claim('cosid', 10, 'newcomer', false, "
+            f"60000, 't-newcomer', {now_ms() + 60000}, '{layout}', true)"), "settling")
+        # ...and it keeps renewing past a deadline's worth of time while the holder's
+        # transaction stays open.
+        renewed_for(DEADLINE_S + 0.5, 30)
+        self.assertIsNone(holder.poll())
+        self.assertEqual(status(server)["state"], "UP")
+        self.assertIsNone(try_next(server)[1])
+        holder.stdin.write("COMMIT;\n")
+        holder.stdin.close()
+        self.assertEqual(holder.wait(timeout=30), 0)
