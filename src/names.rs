@@ -57,3 +57,22 @@ pub fn write(record: &NamesRecord) -> Result<(), String> {
         ..written
     })
 }
+
+/// Records the latest timestamp each namespace's generators issued (or held as a floor), in the
+/// postmaster as it throws shared memory away, when no other process of the server runs. A
+/// record that cannot be read or written is left as it is: the lease store and the state files
+/// still hold those floors in `cosid.database` and the data directory.
+pub fn record_last_ids(issued: &[(String, i64)]) {
+    let Ok(mut record) = read() else {
+        return;
+    };
+    let mut changed = false;
+    for (namespace, last_ms) in issued {
+        changed |= record.issued(namespace, *last_ms);
+    }
+    if changed {
+        if let Err(why) = write(&record) {
+            pgrx::log!("cosid: {why}");
+        }
+    }
+}

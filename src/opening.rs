@@ -35,6 +35,27 @@ pub fn open_default(slot: &GeneratorSlot, settings: &ServerSettings) {
             Opening::Refuse(why) => return never_open(slot, LeaseProblem::History, &why),
             Opening::Unusable(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
         }
+        // A namespace a named generator of this server used keeps its layout and its last id.
+        match crate::names::read() {
+            Ok(record) => {
+                let layout_text = cosid_core::protocol::layout_text(&layout);
+                if let Some(used) = record.namespaces.get(&settings.namespace) {
+                    if used.layout != layout_text {
+                        let why = format!(
+                            "the default generator's namespace \"{}\" was used by a named generator of this server with another layout ({}), as cosid.names records: ids of two layouts in one namespace can coincide",
+                            settings.namespace, used.layout
+                        );
+                        return never_open(slot, LeaseProblem::History, &why);
+                    }
+                    if let Some(ticks) =
+                        used.last_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok())
+                    {
+                        slot.state.set_history_floor(ticks);
+                    }
+                }
+            }
+            Err(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
+        }
     }
     match &settings.machine {
         MachineSource::Fixed(machine_id) => open_fixed(slot, *machine_id),

@@ -10,8 +10,13 @@
 //! One JSON object on one line, ending with a newline:
 //!
 //! ```text
-//! {"cosid_names":1,"generation":2,"names":{"orders":"orders"},"namespaces":{"orders":"epoch=1577203200000 unit=millisecond bits=41/10/12"}}
+//! {"cosid_names":1,"generation":2,"names":{"orders":"orders"},"namespaces":{"orders":{"layout":"epoch 1577203200000 ms, millisecond, 41/10/12 bits","last_ms":1796317688090}}}
 //! ```
+//!
+//! `last_ms` is the latest timestamp of an id the namespace's generators issued on this server,
+//! recorded by the postmaster when it throws shared memory away (at its exit, and at a
+//! crash-restart), when every process that could issue one is gone: a generator of the namespace
+//! opens above it, also where a new lease store hands out its machine id as never used.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -29,8 +34,19 @@ pub struct NamesRecord {
     pub generation: u64,
     /// Every name a named generator had, with the namespace its ids were issued in.
     pub names: BTreeMap<String, String>,
-    /// Every namespace a named generator used, with its layout (`protocol::layout_text`).
-    pub namespaces: BTreeMap<String, String>,
+    /// Every namespace a named generator used, with its layout and last id.
+    pub namespaces: BTreeMap<String, UsedNamespace>,
+}
+
+/// A namespace a named generator used.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsedNamespace {
+    /// Its layout (`protocol::layout_text`).
+    pub layout: String,
+    /// The latest timestamp of its ids on this server, in Unix milliseconds, when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ms: Option<i64>,
 }
 
 /// Why a definition cannot run on this server.
@@ -77,12 +93,32 @@ impl NamesRecord {
                 earlier: earlier.clone(),
             });
         }
-        if let Some(earlier) = self.namespaces.get(namespace).filter(|e| *e != layout_text) {
+        if let Some(earlier) = self
+            .namespaces
+            .get(namespace)
+            .filter(|used| used.layout != layout_text)
+        {
             return Some(Conflict::Layout {
-                earlier: earlier.clone(),
+                earlier: earlier.layout.clone(),
             });
         }
         None
+    }
+
+    /// Nothing of `namespace` may be issued at or before this Unix millisecond.
+    pub fn floor_ms(&self, namespace: &str) -> Option<i64> {
+        self.namespaces.get(namespace)?.last_ms
+    }
+
+    /// Raises the namespace's last id to `last_ms`; true when the record changed.
+    pub fn issued(&mut self, namespace: &str, last_ms: i64) -> bool {
+        match self.namespaces.get_mut(namespace) {
+            Some(used) if used.last_ms.is_none_or(|known| known < last_ms) => {
+                used.last_ms = Some(last_ms);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Records the definition, which must not conflict; true when the record changed (it must
@@ -92,10 +128,16 @@ impl NamesRecord {
             .names
             .insert(name.to_string(), namespace.to_string())
             .is_none();
-        let used = self
-            .namespaces
-            .insert(namespace.to_string(), layout_text.to_string())
-            .is_none();
+        let used = match self.namespaces.entry(namespace.to_string()) {
+            std::collections::btree_map::Entry::Occupied(_) => false,
+            std::collections::btree_map::Entry::Vacant(vacant) => {
+                vacant.insert(UsedNamespace {
+                    layout: layout_text.to_string(),
+                    last_ms: None,
+                });
+                true
+            }
+        };
         named || used
     }
 
@@ -131,8 +173,8 @@ impl NamesRecord {
 mod tests {
     use super::*;
 
-    const MS: &str = "epoch=1577203200000 unit=millisecond bits=41/10/12";
-    const LATER: &str = "epoch=1577203205000 unit=millisecond bits=41/10/12";
+    const MS: &str = "epoch 1577203200000 ms, millisecond, 41/10/12 bits";
+    const LATER: &str = "epoch 1577203205000 ms, millisecond, 41/10/12 bits";
 
     #[test]
     fn a_name_keeps_its_namespace_and_a_namespace_its_layout() {
@@ -165,9 +207,32 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_keeps_its_latest_last_id() {
+        let mut record = NamesRecord::default();
+        assert!(
+            !record.issued("orders", 5),
+            "a namespace never used records nothing"
+        );
+        record.add("orders", "orders", MS);
+        assert_eq!(record.floor_ms("orders"), None);
+        assert!(record.issued("orders", 5));
+        assert!(!record.issued("orders", 3), "a last id never goes down");
+        assert!(!record.issued("orders", 5));
+        assert_eq!(record.floor_ms("orders"), Some(5));
+        assert!(record.add("again", "orders", MS), "a new name");
+        assert_eq!(
+            record.floor_ms("orders"),
+            Some(5),
+            "kept by another name's record"
+        );
+        assert_eq!(record.floor_ms("other"), None);
+    }
+
+    #[test]
     fn a_record_reads_back_exactly_and_nothing_else_is_one() {
         let mut record = NamesRecord::default();
         record.add("o\"rders", "ns \u{e9}", MS);
+        record.issued("ns \u{e9}", 1_796_317_688_090);
         record.generation = 4;
         let line = record.to_line();
         assert_eq!(NamesRecord::parse(line.as_bytes()), Ok(record));

@@ -222,12 +222,22 @@ unsafe extern "C-unwind" fn remember_segment(_code: std::os::raw::c_int, _arg: p
     let Ok(slots) = all_slots() else {
         return;
     };
-    let last_ms = slots
-        .iter()
-        .filter(|slot| slot.phase() != Phase::Free)
+    let used = slots.iter().filter(|slot| slot.phase() != Phase::Free);
+    let last_ms = used
+        .clone()
         .map(|slot| slot.state.last_timestamp_ms(&slot.config().layout))
         .fold(host::unix_ms_now(), i64::max);
     SEGMENTS_LAST_MS.fetch_max(last_ms, Ordering::AcqRel);
+    // What the named generators issued, kept whatever cosid.database names next time. Every
+    // process that could issue an id is gone: these are their last ids, exactly.
+    let named: Vec<(String, i64)> = used
+        .filter(|slot| !slot.is_default())
+        .map(|slot| {
+            let last_ms = slot.state.last_timestamp_ms(&slot.config().layout);
+            (slot.namespace().to_string(), last_ms)
+        })
+        .collect();
+    crate::names::record_last_ids(&named);
 }
 
 /// `SharedState::earlier_segments_last_ms`: what a named generator published in this segment

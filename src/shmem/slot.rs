@@ -185,20 +185,18 @@ impl GeneratorSlot {
         self.definition().distributor()
     }
 
-    /// Gives a `Free` slot its definition and makes it live, opening only above
-    /// `earlier_segments_last_ms` (`super::earlier_segments_last_ms`). Only the postmaster
-    /// (slot 0, before any backend exists) and the one process that manages named generators
-    /// call this.
-    pub fn publish(&self, definition: Definition, earlier_segments_last_ms: i64) {
+    /// Gives a `Free` slot its definition and makes it live, opening only after `floor_ms`
+    /// (what earlier segments issued, `super::earlier_segments_last_ms`, and for a named
+    /// generator what its namespace issued on this server). Only the postmaster (slot 0, before
+    /// any backend exists) and the one process that manages named generators call this.
+    pub fn publish(&self, definition: Definition, floor_ms: i64) {
         if self.phase() != Phase::Free {
             return;
         }
         let layout = definition.config.layout;
-        if earlier_segments_last_ms >= layout.epoch_ms() {
+        if floor_ms >= layout.epoch_ms() {
             // Past the layout's last tick, nothing it issues could be above: it never opens.
-            let floor = layout
-                .unix_ms_to_ticks(earlier_segments_last_ms)
-                .unwrap_or(u64::MAX);
+            let floor = layout.unix_ms_to_ticks(floor_ms).unwrap_or(u64::MAX);
             self.state.set_history_floor(floor);
         }
         // SAFETY: the slot is `Free`, so no reader looks at its definition, and only its one

@@ -259,6 +259,20 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                  new settings issue ids above it. For a new layout in new columns, create a \
                  named generator instead (cosid_create_generator)."
             ),
+            _ if crate::names::read().is_ok_and(|record| {
+                record
+                    .namespaces
+                    .get(&settings.namespace)
+                    .is_some_and(|used| {
+                        used.layout != cosid_core::protocol::layout_text(&settings.config.layout)
+                    })
+            }) =>
+            {
+                format!(
+                    "Give the default generator a namespace no generator of this server used \
+                     ({SETTINGS}) and restart, or set its layout back to the namespace's."
+                )
+            }
             _ => format!(
                 "Set {SETTINGS} back to what the history records and restart. For a new layout \
                  in new columns, create a named generator instead (cosid_create_generator)."
@@ -284,15 +298,19 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
             layout::format_unix_ms(floor_ms)
         ))
         .detail(format!(
-            "The default generator's namespace or layout changed at the last start (now \
-             namespace \"{}\"): every id it issues is above every id issued under the previous \
-             definition, and the first such id is dated after {}.",
+            "Every id it issues (namespace \"{}\") is above every id this server issued that it \
+             could equal: under the default generator's previous namespace or layout \
+             ({history}), by named generators of its namespace ({names}), or before a \
+             crash-restart; the first such id is dated after {}.",
             slot.namespace(),
-            layout::format_unix_ms(floor_ms)
+            layout::format_unix_ms(floor_ms),
+            history = crate::history::HISTORY_FILE,
+            names = crate::local_state::NAMES_FILE
         ))
         .hint(format!(
-            "Retry after that time, or set {SETTINGS} back to the previous definition (recorded \
-             in {} in the data directory) and restart.",
+            "Retry after that time. If the namespace or layout changed at the last start, \
+             setting {SETTINGS} back to the previous definition (recorded in {} in the data \
+             directory) and restarting also ends the wait.",
             crate::history::HISTORY_FILE
         )),
     )

@@ -26,6 +26,9 @@ pub struct Row {
     pub layout: Layout,
     /// NULL: the layout's own (CosId's, half its maximum sequence).
     pub sequence_reset_threshold: Option<u32>,
+    /// Nothing at or before this Unix millisecond: the last id this server's generators of the
+    /// namespace issued, as `cosid.names` records it (whatever database held them).
+    pub floor_ms: Option<i64>,
 }
 
 /// The rows of `cosid.generator` (none when the extension is not installed in this database),
@@ -200,7 +203,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             Ok(true) => {
                 skipped.push((
                     name,
-                    "its namespace is or was the default generator's (cosid.namespace, or one cosid.history records)",
+                    "its namespace is the default generator's, now (cosid.namespace) or before (cosid.history)",
                 ));
                 continue;
             }
@@ -242,6 +245,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             namespace,
             layout,
             sequence_reset_threshold,
+            floor_ms: None,
         });
     }
     Ok(keep_server_names(rows, skipped))
@@ -279,7 +283,8 @@ fn keep_server_names(rows: Vec<Row>, mut skipped: Vec<Skipped>) -> (Vec<Row>, Ve
             )),
             None => {
                 changed |= record.add(&row.name, &row.namespace, &layout);
-                kept.push(row);
+                let floor_ms = record.floor_ms(&row.namespace);
+                kept.push(Row { floor_ms, ..row });
             }
         }
     }

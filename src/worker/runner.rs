@@ -258,9 +258,10 @@ impl<'a> Generators<'a> {
                 Step::Publish { slot, definition } => {
                     let slot = &named[slot];
                     fresh_status(slot);
+                    let floor_ms = rows[definition].floor_ms.unwrap_or(i64::MIN);
                     slot.publish(
                         definitions[definition],
-                        crate::shmem::earlier_segments_last_ms(),
+                        crate::shmem::earlier_segments_last_ms().max(floor_ms),
                     );
                     let entry = self.runner_for(slot);
                     self.entries.push(entry);

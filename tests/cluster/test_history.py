@@ -5,6 +5,7 @@ until they are above the old ones, also across a kill -9 meanwhile); and a kill 
 settings, after which the change is refused until the server stopped cleanly with them."""
 
 import datetime
+import json
 import time
 
 from helpers.clients import LoopingClients, duplicates
@@ -272,6 +273,10 @@ class DefaultGeneratorHistory(ClusterTest):
         while time.monotonic() - started < 2:
             old_ids += [int(v) for v in cluster.query(next_orders, db="db_a").split()]
         cluster.stop()
+        # The server keeps the name, its namespace's layout and its last id, outside db_a.
+        names = json.loads((cluster.data / "cosid.names").read_text())
+        self.assertEqual(names["names"], {"orders": "orders"})
+        self.assertGreaterEqual(names["namespaces"]["orders"]["last_ms"], ts_ms_of(max(old_ids)))
         cluster.settings = {**FAST_LEASES, "cosid.database": "'db_b'"}
         cluster.write_settings()
         cluster.start()

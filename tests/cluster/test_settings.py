@@ -52,6 +52,7 @@ class Settings(unittest.TestCase):
         # history is tested in test_history).
         (cluster.data / "cosid.history").unlink(missing_ok=True)
         (cluster.data / "cosid.generation").unlink(missing_ok=True)
+        (cluster.data / "cosid.names").unlink(missing_ok=True)
         log_before = len(cluster.log())
         started = cluster.start(check=False)
         if started:
