@@ -11,6 +11,9 @@ use cosid_core::names::NamesRecord;
 
 /// The record: an empty one when there is no file and none was written.
 pub fn read() -> Result<NamesRecord, String> {
+    // The number first: a write between the two reads then leaves a file newer than the number,
+    // which is trusted, never one that looks older.
+    let written = history::read_generation()?.map(|generation| generation.names);
     let record = match std::fs::read(NAMES_FILE) {
         Ok(content) => Some(NamesRecord::parse(&content).map_err(|why| {
             format!("the names file \"{}\" {why}", local_state::path(NAMES_FILE))
@@ -23,7 +26,6 @@ pub fn read() -> Result<NamesRecord, String> {
             ))
         }
     };
-    let written = history::read_generation()?.map(|generation| generation.names);
     cosid_core::history::check_generation(record.as_ref().map(|r| r.generation), written).map_err(
         |not_the_last| {
             format!(

@@ -103,8 +103,9 @@ pub struct SharedState {
     creations_committed: AtomicU64,
     creations_published: AtomicU64,
     /// The latest timestamp, in Unix milliseconds, of any id that segments thrown away since the
-    /// postmaster started (crash-restarts) issued or held as a floor, and of the clock when they
-    /// were: every generator of this segment opens above it (`GeneratorSlot::publish`).
+    /// postmaster started (crash-restarts) issued or held as a floor, of the clock when they
+    /// were, and of the clock when this one was made: every generator of this segment opens
+    /// above it (`GeneratorSlot::publish`).
     earlier_segments_last_ms: i64,
 }
 
@@ -181,7 +182,12 @@ fn fresh_state() -> SharedState {
         manager_pid: AtomicI32::new(0),
         creations_committed: AtomicU64::new(0),
         creations_published: AtomicU64::new(0),
-        earlier_segments_last_ms: SEGMENTS_LAST_MS.load(Ordering::Acquire),
+        // Also the clock now: a server killed and started again within one tick (a second,
+        // for the second layouts) must not issue again in that tick, whatever floor its
+        // generators find (another distributor's, say).
+        earlier_segments_last_ms: SEGMENTS_LAST_MS
+            .load(Ordering::Acquire)
+            .max(host::unix_ms_now()),
     };
     if let MachineSource::Leased(lease_settings) = &settings.machine {
         // A fresh identity at every initialisation: after a crash, the old claim is somebody
