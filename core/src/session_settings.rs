@@ -68,9 +68,14 @@ pub fn worker_reset_sql() -> &'static str {
      DECLARE s record; \
      BEGIN \
        PERFORM pg_catalog.set_config('role', 'none', false); \
-       PERFORM pg_catalog.set_config('session_authorization', \
-         (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) 10), false); \
-       PERFORM pg_catalog.set_config('role', 'none', false); \
+       BEGIN \
+         PERFORM pg_catalog.set_config('session_authorization', \
+           (SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) 10), false); \
+         PERFORM pg_catalog.set_config('role', 'none', false); \
+       EXCEPTION WHEN OTHERS THEN \
+         RAISE WARNING 'cosid: the lease worker could not take its session back as the bootstrap superuser: %', \
+           SQLERRM; \
+       END; \
        FOR s IN SELECT p.name, p.boot_val FROM pg_catalog.pg_settings p \
                  WHERE p.source OPERATOR(pg_catalog.=) ANY (ARRAY['database', 'user', 'database user']) LOOP \
          BEGIN \
