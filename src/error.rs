@@ -13,6 +13,16 @@ pub struct CosidError {
     hint: Option<String>,
 }
 
+/// `text` as the start of a sentence: its first letter upper-case (a DETAIL or HINT made of a
+/// lower-case reason).
+pub fn sentence_case(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 impl CosidError {
     pub fn new(code: PgSqlErrorCode, message: impl Into<String>) -> CosidError {
         CosidError {

@@ -273,6 +273,13 @@ pub fn floor_ahead_ms(slot: &crate::shmem::GeneratorSlot) -> Option<i64> {
         return None;
     }
     let layout = slot.config().layout;
+    // Only the tick the segment was made in: a clock behind it moved backwards, and says so.
+    if layout
+        .unix_ms_to_ticks(crate::shmem::made_at_ms())
+        .is_ok_and(|made_at_ticks| floor_ticks <= made_at_ticks)
+    {
+        return None;
+    }
     // The first tick an id may have is the one after the floor's.
     let first_ms = layout.ticks_to_unix_ms(floor_ticks.saturating_add(1).min(layout.max_ticks()));
     (first_ms > unix_ms_now()).then_some(first_ms)

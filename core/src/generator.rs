@@ -156,6 +156,12 @@ pub struct GeneratorState {
     /// machine id, a lower floor) replaces the word, and what the generator issued must not be
     /// forgotten with it (`last_timestamp_ms`).
     earlier_openings_ticks: AtomicU64,
+    /// The word the current opening started from (its floor): a word still equal to it issued
+    /// nothing under this opening.
+    opened_word: AtomicU64,
+    /// One more than the latest tick of an id issued under earlier openings (0: none), floors
+    /// left out (`last_issued_ms`).
+    earlier_issued_ticks: AtomicU64,
     ids_issued: AtomicU64,
     next_tick_waits: AtomicU64,
     clock_backwards_waits: AtomicU64,
@@ -197,6 +203,8 @@ impl GeneratorState {
             deadline_ms: AtomicU64::new(u64::MAX),
             history_floor_ticks: AtomicU64::new(0),
             earlier_openings_ticks: AtomicU64::new(0),
+            opened_word: AtomicU64::new(0),
+            earlier_issued_ticks: AtomicU64::new(0),
             ids_issued: AtomicU64::new(0),
             next_tick_waits: AtomicU64::new(0),
             clock_backwards_waits: AtomicU64::new(0),
@@ -233,11 +241,37 @@ impl GeneratorState {
             sequence: layout.max_sequence(),
         })?;
         let earlier = self.word.swap(floor as u64, Ordering::AcqRel) & !CLOSED_BIT;
+        let earlier_floor = self.opened_word.swap(floor as u64, Ordering::AcqRel);
         if let Some(parts) = layout.decompose(earlier as i64) {
             self.earlier_openings_ticks
                 .fetch_max(parts.ticks, Ordering::AcqRel);
+            if earlier != earlier_floor {
+                self.earlier_issued_ticks
+                    .fetch_max(parts.ticks.saturating_add(1), Ordering::AcqRel);
+            }
         }
         Ok(())
+    }
+
+    /// The latest timestamp of an id issued, over this opening and every earlier one, in Unix
+    /// milliseconds (the start of its tick); floors an opening started from do not count.
+    /// `None` when no id was issued. Read once nothing can issue any more.
+    pub fn last_issued_ms(&self, layout: &Layout) -> Option<i64> {
+        let word = self.last_word() as u64;
+        let current = if word != self.opened_word.load(Ordering::Acquire) {
+            layout.decompose(word as i64).map(|parts| parts.ticks)
+        } else {
+            None
+        };
+        let earlier = self
+            .earlier_issued_ticks
+            .load(Ordering::Acquire)
+            .checked_sub(1);
+        current
+            .into_iter()
+            .chain(earlier)
+            .max()
+            .map(|ticks| layout.ticks_to_unix_ms(ticks))
     }
 
     /// Stops issuing ids; calls in flight fail their compare-and-swap and see the closed word.
@@ -738,6 +772,29 @@ mod tests {
             .open(layout, 3, layout.unix_ms_to_ticks(T0 + 9).unwrap())
             .unwrap();
         assert_eq!(state.last_timestamp_ms(layout), T0 + 9);
+    }
+
+    #[test]
+    fn the_last_issued_id_leaves_floors_out() {
+        let config = config(12, 2047);
+        let layout = &config.layout;
+        let state = GeneratorState::closed();
+        assert_eq!(state.last_issued_ms(layout), None);
+        state
+            .open(layout, 3, layout.unix_ms_to_ticks(T0).unwrap())
+            .unwrap();
+        assert_eq!(state.last_issued_ms(layout), None, "a floor is no id");
+        let mut clock = ScriptedClock::new(&[T0 + 2]);
+        state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(state.last_issued_ms(layout), Some(T0 + 2));
+        // Opened again far ahead (a watermark, a history's floor): still the issued one.
+        state
+            .open(layout, 3, layout.unix_ms_to_ticks(T0 + 3_600_000).unwrap())
+            .unwrap();
+        assert_eq!(state.last_issued_ms(layout), Some(T0 + 2));
+        assert_eq!(state.last_timestamp_ms(layout), T0 + 3_600_000);
+        state.close();
+        assert_eq!(state.last_issued_ms(layout), Some(T0 + 2));
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub fn worker_reset_sql() -> &'static str {
        FOR s IN SELECT p.name, p.boot_val FROM pg_catalog.pg_settings p \
                  WHERE p.source OPERATOR(pg_catalog.=) ANY (ARRAY['database', 'user', 'database user']) LOOP \
          BEGIN \
-           PERFORM pg_catalog.set_config(s.name, pg_catalog.coalesce(s.boot_val, ''), false); \
+           PERFORM pg_catalog.set_config(s.name, COALESCE(s.boot_val, ''), false); \
          EXCEPTION WHEN OTHERS THEN \
            RAISE WARNING 'cosid: the lease worker could not give the setting \"%\" its default: %', \
              s.name, SQLERRM; \
@@ -176,6 +176,8 @@ mod tests {
         assert!(sql.contains("'role', 'none'"));
         assert!(sql.contains("ARRAY['database', 'user', 'database user']"));
         assert!(sql.contains("EXCEPTION WHEN OTHERS"));
+        // COALESCE is a keyword, not a function of pg_catalog.
+        assert!(!sql.contains("pg_catalog.coalesce"));
         let names: Vec<_> = pinned_for(150000, true).map(|s| s.name).collect();
         assert!(names.contains(&"jit"));
         assert!(names.contains(&"role"));

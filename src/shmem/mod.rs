@@ -64,10 +64,9 @@ use cosid_core::generator::BackwardsPolicy;
 use cosid_core::lease;
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
-use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering,
-};
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// How many slots the segment has: the default generator's and one per named generator.
 pub const SLOT_COUNT: usize = 1 + MAX_NAMED_GENERATORS;
@@ -102,18 +101,19 @@ pub struct SharedState {
     /// they differ, a name not found may be one just created.
     creations_committed: AtomicU64,
     creations_published: AtomicU64,
-    /// The latest timestamp, in Unix milliseconds, of any id that segments thrown away since the
-    /// postmaster started (crash-restarts) issued or held as a floor, of the clock when they
-    /// were, and of the clock when this one was made: every generator of this segment opens
-    /// above it (`GeneratorSlot::publish`).
-    earlier_segments_last_ms: i64,
+    /// The clock when this segment was made, in Unix milliseconds: no generator of it issues
+    /// in that tick (`GeneratorSlot::publish`), so that a server killed and started again
+    /// within one tick (a second, for the second layouts) never issues again in it, whatever
+    /// floor its generators find (another distributor's, say).
+    made_at_ms: i64,
 }
 
-/// The postmaster's own memory (never shared, kept across crash-restarts) of what
-/// `SharedState::earlier_segments_last_ms` says: `remember_segment` raises it as a segment is
-/// thrown away, and the next segment starts from it. A clock stepped forward for a moment and
-/// back, then a crash, would otherwise let the new segment issue again the ids of that moment.
-static SEGMENTS_LAST_MS: AtomicI64 = AtomicI64::new(i64::MIN);
+/// The postmaster's own memory (never shared; inherited by the processes it starts) of the
+/// latest timestamp of an id each namespace's generators issued in the segments it threw away
+/// since it started (crash-restarts): every generator of a later segment opens above its
+/// namespace's (`floor_ms_for`). A clock stepped forward for a moment and back, then a crash,
+/// would otherwise let the new segment issue again the ids of that moment.
+static ISSUED_BEFORE: Mutex<BTreeMap<String, i64>> = Mutex::new(BTreeMap::new());
 
 fn pack_policy(policy: BackwardsPolicy) -> u64 {
     (policy.spin_threshold_ms.min(u32::MAX as u64) << 32)
@@ -182,12 +182,7 @@ fn fresh_state() -> SharedState {
         manager_pid: AtomicI32::new(0),
         creations_committed: AtomicU64::new(0),
         creations_published: AtomicU64::new(0),
-        // Also the clock now: a server killed and started again within one tick (a second,
-        // for the second layouts) must not issue again in that tick, whatever floor its
-        // generators find (another distributor's, say).
-        earlier_segments_last_ms: SEGMENTS_LAST_MS
-            .load(Ordering::Acquire)
-            .max(host::unix_ms_now()),
+        made_at_ms: host::unix_ms_now(),
     };
     if let MachineSource::Leased(lease_settings) = &settings.machine {
         // A fresh identity at every initialisation: after a crash, the old claim is somebody
@@ -204,10 +199,9 @@ fn fresh_state() -> SharedState {
         state.instance_id_len = slot::copy_text(&instance_id, &mut state.instance_id);
     }
     let default = &state.slots[DEFAULT_SLOT];
-    default.publish(
-        Definition::default_generator(settings),
-        state.earlier_segments_last_ms,
-    );
+    let default_definition = Definition::default_generator(settings);
+    let floor_ms = issued_before(default_definition.namespace()).max(state.made_at_ms);
+    default.publish(default_definition, floor_ms);
     if let Some(open_default) = OPEN_DEFAULT.get() {
         open_default(default, settings);
     }
@@ -221,38 +215,63 @@ fn fresh_state() -> SharedState {
     state
 }
 
-/// As the postmaster throws a segment away (a crash-restart) or exits: the latest timestamp any
-/// generator of it issued or held, and the clock, go into `SEGMENTS_LAST_MS`.
+/// As the postmaster throws a segment away (a crash-restart) or exits, when every process that
+/// could issue an id is gone: the latest timestamp of an id each namespace's generators issued
+/// goes into `ISSUED_BEFORE`, and the named generators' into `cosid.names`, whatever database
+/// `cosid.database` names next time.
 #[pg_guard]
 unsafe extern "C-unwind" fn remember_segment(_code: std::os::raw::c_int, _arg: pg_sys::Datum) {
     let Ok(slots) = all_slots() else {
         return;
     };
-    let used = slots.iter().filter(|slot| slot.phase() != Phase::Free);
-    let last_ms = used
-        .clone()
-        .map(|slot| slot.state.last_timestamp_ms(&slot.config().layout))
-        .fold(host::unix_ms_now(), i64::max);
-    SEGMENTS_LAST_MS.fetch_max(last_ms, Ordering::AcqRel);
-    // What the named generators issued, kept whatever cosid.database names next time. Every
-    // process that could issue an id is gone: these are their last ids, exactly.
-    let named: Vec<(String, i64)> = used
-        .filter(|slot| !slot.is_default())
-        .map(|slot| {
-            let last_ms = slot.state.last_timestamp_ms(&slot.config().layout);
-            (slot.namespace().to_string(), last_ms)
+    let issued: Vec<(bool, String, i64)> = slots
+        .iter()
+        .filter(|slot| slot.phase() != Phase::Free)
+        .filter_map(|slot| {
+            let last_ms = slot.state.last_issued_ms(&slot.config().layout)?;
+            Some((slot.is_default(), slot.namespace().to_string(), last_ms))
         })
+        .collect();
+    {
+        let mut before = ISSUED_BEFORE
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        for (_, namespace, last_ms) in &issued {
+            let known = before.entry(namespace.clone()).or_insert(i64::MIN);
+            *known = (*known).max(*last_ms);
+        }
+    }
+    let named: Vec<(String, i64)> = issued
+        .into_iter()
+        .filter(|(default, _, _)| !default)
+        .map(|(_, namespace, last_ms)| (namespace, last_ms))
         .collect();
     crate::names::record_last_ids(&named);
 }
 
-/// `SharedState::earlier_segments_last_ms`: what a named generator published in this segment
-/// opens above.
-pub fn earlier_segments_last_ms() -> i64 {
+/// What `namespace`'s generators issued in the segments thrown away since the postmaster
+/// started, as the postmaster kept it (a copy inherited by the processes it starts).
+fn issued_before(namespace: &str) -> i64 {
+    ISSUED_BEFORE.lock().map_or(i64::MIN, |before| {
+        before.get(namespace).copied().unwrap_or(i64::MIN)
+    })
+}
+
+/// When this segment was made (`SharedState::made_at_ms`).
+pub fn made_at_ms() -> i64 {
     if !is_preloaded() {
         return i64::MIN;
     }
-    SHARED.get().earlier_segments_last_ms
+    SHARED.get().made_at_ms
+}
+
+/// What a generator of `namespace` published in this segment opens above: the ids its
+/// namespace's generators issued before a crash-restart, and the tick the segment was made in.
+pub fn floor_ms_for(namespace: &str) -> i64 {
+    if !is_preloaded() {
+        return i64::MIN;
+    }
+    issued_before(namespace).max(SHARED.get().made_at_ms)
 }
 
 pub fn is_preloaded() -> bool {

@@ -186,8 +186,9 @@ impl GeneratorSlot {
     }
 
     /// Gives a `Free` slot its definition and makes it live, opening only after `floor_ms`
-    /// (what earlier segments issued, `super::earlier_segments_last_ms`, and for a named
-    /// generator what its namespace issued on this server). Only the postmaster (slot 0, before
+    /// (what its namespace issued before a crash-restart and the segment's making,
+    /// `super::floor_ms_for`, and for a named generator what its namespace issued on this server,
+    /// `cosid.names`). Only the postmaster (slot 0, before
     /// any backend exists) and the one process that manages named generators call this.
     pub fn publish(&self, definition: Definition, floor_ms: i64) {
         if self.phase() != Phase::Free {

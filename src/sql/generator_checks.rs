@@ -91,7 +91,7 @@ pub(super) fn check_namespace(namespace: &str, default_namespace: &str) -> Resul
         Err(why) => Err(CosidError::prerequisite(
             "cosid cannot tell whether the default generator used this namespace",
         )
-        .detail(format!("{why}."))
+        .detail(format!("{}.", crate::error::sentence_case(&why)))
         .hint("Make the default generator's history readable (see cosid_next()'s error for what it needs), then create the generator.")),
     }
 }

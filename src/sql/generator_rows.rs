@@ -155,12 +155,7 @@ pub(super) fn write_definition(
                 None => {}
             },
             Err(why) => {
-                CosidError::prerequisite(
-                    "cosid cannot read the server's record of its generators' names",
-                )
-                .detail(format!("{why}."))
-                .hint("Make the file readable by the server, or put back the last one it wrote (never an older copy: it is refused), then create the generator.")
-                .raise();
+                super::refusals::names_file_error(&crate::error::sentence_case(&why)).raise();
             }
         }
         let defined = client

@@ -170,10 +170,7 @@ pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> Cosi
             why.to_string(),
         )
     };
-    let mut why_sentence = why.clone();
-    if let Some(first) = why.chars().next() {
-        why_sentence.replace_range(..first.len_utf8(), &first.to_uppercase().to_string());
-    }
+    let why_sentence = crate::error::sentence_case(&why);
     CosidError::prerequisite(message)
         .detail(format!(
             "{why_sentence}. The file holds the floor that keeps ids issued before a restart or a \
@@ -205,6 +202,21 @@ pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> Cosi
 
 /// The refusal of a default generator whose history forbids its definition, or whose ids must
 /// still wait to be above those of its previous definition (`crate::history`).
+/// The refusal when the server's record of its named generators' names (`cosid.names`) cannot
+/// be used: `detail` says why, as a sentence.
+pub(super) fn names_file_error(detail: &str) -> CosidError {
+    CosidError::prerequisite("cosid cannot use the server's record of its generators' names")
+        .detail(format!(
+            "{}. The file keeps every name a named generator of this server had with its namespace, and every namespace with its layout and last id, so that no generator issues their ids again; without it none that depends on it runs.",
+            detail.trim_end_matches('.')
+        ))
+        .hint(format!(
+            "Make the file {names} in the data directory readable and writable by the server (free disk space, permissions), or copy it from the data directory pg_upgrade upgraded from, and restart the server. Never put back an older copy of it, and never delete it or {generation}: the names and namespaces it would forget could repeat their ids (an older copy is refused). If the last one is lost, see \"What a server remembers of the ids it issued\" in the documentation on leases.",
+            names = crate::local_state::NAMES_FILE,
+            generation = crate::history::GENERATION_FILE
+        ))
+}
+
 pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
     if slot.name() != shmem::DEFAULT_NAME {
         return None;
@@ -215,9 +227,9 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
         // The file's path and the system's error name the data directory: superusers only.
         // SAFETY: superuser() only reads the current user's role, which every backend has.
         let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
-        let mut detail = why;
-        if let Some(first) = detail.chars().next() {
-            detail.replace_range(..first.len_utf8(), &first.to_uppercase().to_string());
+        let detail = crate::error::sentence_case(&why);
+        if crate::history::read().is_ok() && crate::names::read().is_err() {
+            return Some(names_file_error(&detail));
         }
         return Some(
             CosidError::prerequisite("cosid cannot use the default generator's history file")
@@ -227,13 +239,15 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                 ))
                 .hint(if crate::local_state::missing_after_upgrade(crate::history::HISTORY_FILE) {
                     format!(
-                        "Copy {file} from the data directory pg_upgrade upgraded from into this one, with the state files, and restart the server; then delete {marker}. If the old directory has no {file} (cosid before 0.5.0) or is lost, delete {marker} once the state files are in place, and restart the server.",
+                        "Copy {file} from the data directory pg_upgrade upgraded from into this one, with {generation}, {names} (where they exist) and the state files, and restart the server; then delete {marker}. If the old directory has no {file} (cosid before 0.5.0) or is lost, delete {marker} once the state files are in place, and restart the server.",
                         file = crate::history::HISTORY_FILE,
+                        generation = crate::history::GENERATION_FILE,
+                        names = crate::local_state::NAMES_FILE,
                         marker = crate::local_state::UPGRADE_MARKER
                     )
                 } else {
                     format!(
-                        "Make the file {history} in the data directory readable and writable by the server (free disk space, permissions), and restart the server. Never put back an older copy of it: the definitions it does not record could repeat their ids, and it is refused. If the last one is lost, see \"Changing the default generator's namespace or layout\" in the documentation on operations before you delete {history} and {generation}.",
+                        "Make the file {history} in the data directory readable and writable by the server (free disk space, permissions), and restart the server. Never put back an older copy of it, and never delete it or {generation}: the definitions it would forget could repeat their ids (an older copy is refused). If the last one is lost, see \"Changing the default generator's namespace or layout\" in the documentation on operations.",
                         history = crate::history::HISTORY_FILE,
                         generation = crate::history::GENERATION_FILE
                     )
@@ -278,10 +292,7 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                  in new columns, create a named generator instead (cosid_create_generator)."
             ),
         };
-        let mut detail = why;
-        if let Some(first) = detail.chars().next() {
-            detail.replace_range(..first.len_utf8(), &first.to_uppercase().to_string());
-        }
+        let detail = crate::error::sentence_case(&why);
         return Some(
             CosidError::prerequisite("cosid_next() refuses: the default generator's definition changed")
                 .detail(format!(

@@ -179,7 +179,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             ) => {
                 skipped.push((
                     name,
-                    "its machine_bits or sequence_bits are above 31, the widest a machine id or a sequence can be",
+                    "its machine_bits or sequence_bits are above 31, the widest a machine id or a sequence can be; drop it and create it under a new namespace",
                 ));
                 continue;
             }
@@ -191,7 +191,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
         if name.starts_with(NOT_UTF8) || namespace.starts_with(NOT_UTF8) {
             skipped.push((
                 name.trim_start_matches(NOT_UTF8).to_string(),
-                "its name or namespace is not text of a known encoding (cosid.database's encoding is SQL_ASCII)",
+                "its name or namespace is not text of a known encoding (cosid.database's encoding is SQL_ASCII); drop it and create it under a new namespace",
             ));
             continue;
         }
@@ -203,14 +203,14 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             Ok(true) => {
                 skipped.push((
                     name,
-                    "its namespace is the default generator's, now (cosid.namespace) or before (cosid.history)",
+                    "its namespace is the default generator's, now (cosid.namespace) or before (cosid.history); drop it and create it under a new namespace",
                 ));
                 continue;
             }
             Err(_) => {
                 skipped.push((
                     name,
-                    "the default generator's history (cosid.history) cannot be read, so whether the default generator used its namespace is unknown",
+                    "the default generator's history (cosid.history) cannot be read, so whether the default generator used its namespace is unknown (cosid_next()'s error says what the file needs)",
                 ));
                 continue;
             }
@@ -221,7 +221,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
         if recorded != layout_text(&layout) {
             skipped.push((
                 name,
-                "its layout is not the one cosid.generator_namespace records for its namespace (ids of two layouts can coincide)",
+                "its layout is not the one cosid.generator_namespace records for its namespace (ids of two layouts can coincide); drop it and create it under a new namespace",
             ));
             continue;
         }
@@ -234,7 +234,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
                 Err(_) => {
                     skipped.push((
                         name,
-                        "its sequence_reset_threshold is not from 0 to its maximum sequence",
+                        "its sequence_reset_threshold is not from 0 to its maximum sequence; drop it and create it under a new namespace",
                     ));
                     continue;
                 }
@@ -262,7 +262,7 @@ fn keep_server_names(rows: Vec<Row>, mut skipped: Vec<Skipped>) -> (Vec<Row>, Ve
             skipped.extend(rows.into_iter().map(|row| {
                 (
                     row.name,
-                    "the server's record of its generators' names (cosid.names) cannot be read",
+                    "the server's record of its generators' names (cosid.names) cannot be read (cosid_create_generator()'s error says what the file needs)",
                 )
             }));
             return (Vec::new(), skipped);
@@ -275,11 +275,11 @@ fn keep_server_names(rows: Vec<Row>, mut skipped: Vec<Skipped>) -> (Vec<Row>, Ve
         match record.conflict(&row.name, &row.namespace, &layout) {
             Some(Conflict::Name { .. }) => skipped.push((
                 row.name,
-                "its name was used with another namespace on this server (cosid.names)",
+                "its name was used with another namespace on this server (cosid.names); drop it and give the new definition a new name",
             )),
             Some(Conflict::Layout { .. }) => skipped.push((
                 row.name,
-                "its namespace was used with another layout on this server (cosid.names)",
+                "its namespace was used with another layout on this server (cosid.names); drop it and create it under a new name and namespace",
             )),
             None => {
                 changed |= record.add(&row.name, &row.namespace, &layout);

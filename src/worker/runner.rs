@@ -192,9 +192,7 @@ impl<'a> Generators<'a> {
         let rows = match read_definitions(&self.settings.namespace) {
             Ok((rows, skipped)) => {
                 if let Some((name, why)) = skipped.first() {
-                    self.note(format!(
-                        "cosid: generator \"{name}\" is not used: {why}; drop it and create it under a new namespace"
-                    ));
+                    self.note(format!("cosid: generator \"{name}\" is not used: {why}"));
                 }
                 rows
             }
@@ -261,7 +259,7 @@ impl<'a> Generators<'a> {
                     let floor_ms = rows[definition].floor_ms.unwrap_or(i64::MIN);
                     slot.publish(
                         definitions[definition],
-                        crate::shmem::earlier_segments_last_ms().max(floor_ms),
+                        crate::shmem::floor_ms_for(&rows[definition].namespace).max(floor_ms),
                     );
                     let entry = self.runner_for(slot);
                     self.entries.push(entry);
@@ -355,8 +353,9 @@ impl Entry<'_> {
         }
     }
 
-    /// A leased generator waiting for its history's floor claims once the floor is within the
-    /// broken threshold of the clock (only the default generator has a history).
+    /// A leased generator waiting for its floor (the default generator's history, ids its
+    /// namespace issued before) claims once the floor is within the broken threshold of the
+    /// clock.
     fn check_floor(&mut self) {
         let Runner::Leased(_, claims) = &mut self.runner else {
             return;
@@ -369,7 +368,7 @@ impl Entry<'_> {
             Some(first_ms) if first_ms - unix_ms_now() > broken_threshold_ms => {
                 if !std::mem::replace(said, true) {
                     let text = format!(
-                        "the default generator's namespace or layout changed: its ids are above those of the previous definition from {}, and its machine id is claimed shortly before",
+                        "its ids must be above ids this server issued before that they could equal (an earlier namespace or layout of the default generator, or its namespace's ids before a restart), from {}; its machine id is claimed shortly before",
                         cosid_core::layout::format_unix_ms(first_ms)
                     );
                     log!("cosid: {text}");

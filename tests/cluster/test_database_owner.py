@@ -61,9 +61,13 @@ class DatabaseOwner(ClusterTest):
                         "the setting does not reach the database's new sessions")
                 # (PostgreSQL 15 takes session_authorization from a database's settings for no
                 # session; where a version does, the worker must not be one.)
+                log_before = len(cluster.log())
                 cluster.restart()
                 status = wait_up(cluster, timeout=60)
                 self.assertFalse(status["last_error"])
+                # Every attached setting took its default: none was left with a warning.
+                self.assertNotIn("could not give the setting", cluster.log()[log_before:])
+                self.assertNotIn("could not take", cluster.log()[log_before:])
                 self.assertIsNotNone(try_next(cluster)[0])
                 self.assertIsNotNone(try_next(cluster, "SELECT cosid_next('orders')")[0])
                 query_as(cluster, "alice", "ALTER DATABASE appdb RESET ALL", db="template1")

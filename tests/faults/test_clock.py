@@ -362,8 +362,6 @@ class StateFileFailsClosed(unittest.TestCase):
         self.assertIsNotNone(try_next(cluster)[0])
 
 
-if __name__ == "__main__":
-    unittest.main()
 
 
 class ExcursionThenCrash(unittest.TestCase):
@@ -415,3 +413,7 @@ class ExcursionThenCrash(unittest.TestCase):
             sessions[name].append(run_session(cluster, 0, [copy_ids(2_000, generator)]))
         for name in generators:
             self.assertEqual(duplicates(sessions[name]), 0, name)
+
+
+if __name__ == "__main__":
+    unittest.main()
