@@ -43,7 +43,18 @@ pub enum Opening {
 
 /// Reads the history, decides, and records the definition in use before any id of it can be
 /// issued. In the postmaster's shared-memory startup hook.
-pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
+/// Set in the postmaster (and so in every process it starts) when the server did not stop
+/// cleanly while it leased from the lease table of a database it no longer leases from: the
+/// database's name. No leased generator may open then (`leases_left_behind`).
+static LEASES_LEFT_BEHIND: Mutex<Option<String>> = Mutex::new(None);
+
+/// The database whose lease table holds the only floors of ids issued before the server's last
+/// crash, when the server now leases elsewhere: no generator runs until it stopped cleanly with it.
+pub fn leases_left_behind() -> Option<String> {
+    LEASES_LEFT_BEHIND.lock().map_or(None, |left| left.clone())
+}
+
+pub fn open_default(namespace: &str, layout: &Layout, leases_in: Option<&str>) -> Opening {
     // SAFETY: plain flags the postmaster set before loading libraries.
     let (under_postmaster, binary_upgrade) =
         unsafe { (pg_sys::IsUnderPostmaster, pg_sys::IsBinaryUpgrade) };
@@ -72,9 +83,20 @@ pub fn open_default(namespace: &str, layout: &Layout) -> Opening {
             local_state::path(GENERATION_FILE)
         ));
     }
+    if let Some(database) = history::leases_left_behind(previous.as_ref(), leases_in) {
+        let why = format!(
+            "the server did not stop cleanly while it leased its machine ids from the lease table of database \"{database}\", which it no longer leases from: the watermarks there are the only floors of the ids issued since, and machine ids would be new elsewhere"
+        );
+        *LEASES_LEFT_BEHIND
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = Some(database);
+        return Opening::Refuse(why);
+    }
     match history::verdict(previous.as_ref(), namespace, layout, unix_ms_now()) {
         Verdict::Generate { floor_ms, record } => {
-            let record = record.numbered(previous.as_ref().map_or(0, |p| p.generation));
+            let record = record
+                .numbered(previous.as_ref().map_or(0, |p| p.generation))
+                .leasing_in(leases_in);
             // A crash-restart finds its own record: no write, so that a full disk, a common
             // cause of crashes, does not keep the generator closed once space is freed.
             if previous.as_ref() != Some(&record) {

@@ -26,7 +26,14 @@ use cosid_core::lease::{LeaseProblem, LeaseState};
 pub fn open_default(slot: &GeneratorSlot, settings: &ServerSettings) {
     if !matches!(settings.machine, MachineSource::Missing(_)) {
         let layout = settings.config.layout;
-        match history::open_default(&settings.namespace, &layout) {
+        // With its own lease table, the watermarks are in cosid.database.
+        let leases_in = match &settings.machine {
+            MachineSource::Leased(lease) if lease.lease_store.is_none() => {
+                Some(settings.database.as_str())
+            }
+            _ => None,
+        };
+        match history::open_default(&settings.namespace, &layout, leases_in) {
             Opening::Generate(floor_ms) => {
                 if let Some(ticks) = floor_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok()) {
                     slot.state.set_history_floor(ticks);

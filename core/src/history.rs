@@ -107,6 +107,24 @@ pub struct HistoryRecord {
     /// generator in one of these namespaces could repeat their ids ([`HistoryRecord::used`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub past: Vec<PastDefinition>,
+    /// The database (`cosid.database`) whose own lease table the server leased from, if it did:
+    /// its watermarks are the only floors of ids issued since the last clean stop
+    /// ([`leases_left_behind`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases_in: Option<String>,
+}
+
+/// The database whose lease table holds the only floors of ids issued since the last clean
+/// stop, when the server now leases from elsewhere (another `cosid.database`, a shared store)
+/// or has a fixed machine id: after a crash, the last ids are not recorded, and the new
+/// store's machine ids would be new there.
+pub fn leases_left_behind(
+    previous: Option<&HistoryRecord>,
+    leases_in: Option<&str>,
+) -> Option<String> {
+    let previous = previous?;
+    let old = previous.leases_in.as_deref()?;
+    (previous.last_ms.is_none() && Some(old) != leases_in).then(|| old.to_string())
 }
 
 /// A definition the default generator had before its current one.
@@ -252,6 +270,7 @@ impl HistoryRecord {
             floor_ms,
             generation: 0,
             past: Vec::new(),
+            leases_in: None,
         }
     }
 
@@ -332,6 +351,14 @@ impl HistoryRecord {
             }),
         }
         past
+    }
+
+    /// The same record, leasing from `leases_in`'s own lease table (or not).
+    pub fn leasing_in(&self, leases_in: Option<&str>) -> HistoryRecord {
+        HistoryRecord {
+            leases_in: leases_in.map(str::to_string),
+            ..self.clone()
+        }
     }
 
     fn with_past(self, past: Vec<PastDefinition>) -> HistoryRecord {
@@ -506,6 +533,34 @@ mod tests {
         assert_eq!(third.past[1].last_ms, Some(NOW + 40));
         // It reads back.
         assert_eq!(HistoryRecord::parse(third.to_line().as_bytes()), Ok(third));
+    }
+
+    #[test]
+    fn leases_left_behind_after_a_crash_are_found() {
+        let layout = millis(COSID_EPOCH_MS);
+        let running = HistoryRecord::running("cosid", &layout, None).leasing_in(Some("db_a"));
+        // A crash (still "running"), then another database, a shared store or a fixed id.
+        assert_eq!(
+            leases_left_behind(Some(&running), Some("db_b")),
+            Some("db_a".to_string())
+        );
+        assert_eq!(
+            leases_left_behind(Some(&running), None),
+            Some("db_a".to_string())
+        );
+        // The same database, or after a clean stop, or no lease table of its own before.
+        assert_eq!(leases_left_behind(Some(&running), Some("db_a")), None);
+        assert_eq!(
+            leases_left_behind(Some(&running.stopped(NOW)), Some("db_b")),
+            None
+        );
+        let fixed = HistoryRecord::running("cosid", &layout, None);
+        assert_eq!(leases_left_behind(Some(&fixed), Some("db_b")), None);
+        assert_eq!(leases_left_behind(None, Some("db_b")), None);
+        assert_eq!(
+            HistoryRecord::parse(running.to_line().as_bytes()),
+            Ok(running)
+        );
     }
 
     #[test]

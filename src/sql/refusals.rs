@@ -266,6 +266,13 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
             crate::host::unix_ms_now(),
         );
         let hint = match verdict {
+            _ if crate::history::leases_left_behind().is_some() => format!(
+                "Restart the server with cosid.database = '{}' and without cosid.lease_store, \
+                 wait until cosid.status shows the default generator UP, and stop the server \
+                 cleanly (pg_ctl stop -m fast): the last ids are then recorded, and the server \
+                 can lease elsewhere.",
+                crate::history::leases_left_behind().unwrap_or_default()
+            ),
             cosid_core::history::Verdict::LastIdUnknown { .. } => format!(
                 "Restart the server with the settings it had before ({SETTINGS}), wait until \
                  cosid.status shows the default generator UP, and stop the server cleanly \
@@ -293,6 +300,18 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
             ),
         };
         let detail = crate::error::sentence_case(&why);
+        if crate::history::leases_left_behind().is_some() {
+            return Some(
+                CosidError::prerequisite(
+                    "cosid_next() refuses: the leases of the server's last run are in another database",
+                )
+                .detail(format!(
+                    "{}. Ids issued here could repeat those issued before the crash, so none is issued.",
+                    detail.trim_end_matches('.')
+                ))
+                .hint(hint),
+            );
+        }
         return Some(
             CosidError::prerequisite("cosid_next() refuses: the default generator's definition changed")
                 .detail(format!(

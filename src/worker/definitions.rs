@@ -140,6 +140,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     let default_namespaces = crate::history::DefaultNamespaces::read(default_namespace);
+    let leases_left_behind = crate::history::leases_left_behind().is_some();
     for (
         (name, namespace),
         epoch_ms,
@@ -192,6 +193,13 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             skipped.push((
                 name.trim_start_matches(NOT_UTF8).to_string(),
                 "its name or namespace is not text of a known encoding (cosid.database's encoding is SQL_ASCII); drop it and create it under a new namespace",
+            ));
+            continue;
+        }
+        if leases_left_behind {
+            skipped.push((
+                name,
+                "the server did not stop cleanly while it leased from another cosid.database's lease table (cosid_next() says which); start it once with that cosid.database and stop it cleanly",
             ));
             continue;
         }
