@@ -70,7 +70,7 @@ CI_SEEDS = [1, 2, 3, 4]
 CI_STEPS = 14
 IDS_PER_STEP = 2000
 # How long one generator's ids are retried while it answers 55P03 (a claim, a clock behind).
-RETRY_S = 4.0
+RETRY_S = 3.0
 
 # SQLSTATEs that are refusals, not failures: 55000 (configuration, a definition change refused),
 # 55P03 (no lease yet, clock behind, a floor not reached), 53400 (no machine id or generator slot
@@ -128,11 +128,17 @@ class Sequence:
 
     def __init__(self, seed, steps, actions, ids_per_step):
         self.seed = seed
-        self.rng = random.Random(seed)
-        self.kinds = [self.rng.choice(actions) for _ in range(steps)]
+        # The actions from one generator, their arguments from another: a sequence of fewer
+        # steps is the start of a longer one, arguments included.
+        kinds = random.Random(seed)
+        self.kinds = [kinds.choice(actions) for _ in range(steps)]
+        self.rng = random.Random(seed + 1_000_003)
         self.ids_per_step = ids_per_step
-        self.config = {"namespace": "cosid", "epoch_s": 0, "distributor": "lease",
-                       "machine_id": 0, "layout": "millisecond", "database": "postgres"}
+        # Half the sequences start with a fixed machine id, which has no lease watermark.
+        self.config = {"namespace": "cosid", "epoch_s": 0,
+                       "distributor": self.rng.choice(["lease", "manual"]),
+                       "machine_id": self.rng.choice(MACHINE_IDS), "layout": "millisecond",
+                       "database": "postgres"}
         # The named generators each database defines, as far as the sequence knows.
         self.defs = defaultdict(dict)
         self.default_namespaces = {"cosid"}
@@ -334,12 +340,22 @@ def restart_into_named_namespace(seq):
 
 def restart_epoch(seq):
     epoch_s = seq.config["epoch_s"]
-    moved = max(-6, min(6, epoch_s + seq.rng.choice([-3, -2, -1, 1, 2, 3])))
+    moved = max(-20, min(20, epoch_s + seq.rng.choice([-10, -5, -2, 2, 5, 10])))
     changes = {"epoch_s": moved if moved != epoch_s else -epoch_s}
     # A lease namespace keeps its layout (epoch included): now and then, another one with it.
     if seq.rng.random() < 0.3:
         changes["namespace"] = seq.rng.choice(DEFAULT_NAMESPACES)
     return seq.restart(**changes)
+
+
+def restart_as_before(seq):
+    """A restart with the default generator's settings of an earlier step, as the HINT of a
+    refused change says (start once with the old settings)."""
+    earlier = [config for _, config, _ in seq.snapshots if config != seq.config]
+    if not earlier:
+        return "no earlier settings: " + restart_namespace(seq)
+    config = seq.rng.choice(earlier)
+    return seq.restart(**{key: value for key, value in config.items() if key != "database"})
 
 
 def restart_distributor(seq):
@@ -443,8 +459,9 @@ def create_in_default_namespace(seq):
     which is refused at once), with a later epoch than the default generator's."""
     used = sorted(seq.default_namespaces - {seq.config["namespace"]}) or sorted(
         set(DEFAULT_NAMESPACES) - {seq.config["namespace"]})
+    # A later epoch: its ids at a time are the default generator's of that much earlier.
     definition = Definition("millisecond", seq.rng.choice(used),
-                            seq.config["epoch_s"] + seq.rng.choice([1, 2, 3, 5]))
+                            seq.config["epoch_s"] + seq.rng.choice([2, 5, 10, 30]))
     if LEGACY in seq.defs[seq.db]:
         drop(seq, LEGACY)
     done = create(seq, LEGACY, definition)
@@ -468,6 +485,7 @@ def restore_old_file(seq):
     before = dict(seq.config)
     if seq.rng.random() < 0.5:
         seq.config.update({key: value for key, value in config.items() if key != "database"})
+        seq.default_namespaces.add(seq.config["namespace"])
     if not seq.start():
         seq.config = before
         if not seq.start():
@@ -484,7 +502,7 @@ def clock_step(seq):
 
 def clock_excursion(seq):
     """The clock a few seconds ahead while ids are generated, then back."""
-    ahead = seq.rng.choice([3, 5, 8])
+    ahead = seq.rng.choice([3, 8, 20])
     set_clock_offset(seq.offset_file, seq.offset + ahead)
     try:
         seq.load(count=500, retry_s=0)
@@ -556,7 +574,8 @@ def kill_worker(seq):
 
 
 ACTIONS = {function.__name__: function for function in [
-    restart_namespace, restart_into_named_namespace, restart_epoch, restart_distributor,
+    restart_namespace, restart_into_named_namespace, restart_epoch, restart_as_before,
+    restart_distributor,
     restart_machine_id, restart_layout, move_database, create_generator, drop_generator,
     redefine_generator, create_in_default_namespace, restore_old_file, clock_step,
     clock_excursion, kill_backend, kill_postmaster, kill_worker]}
