@@ -141,6 +141,7 @@ class Sequence:
                        "database": "postgres"}
         # The named generators each database defines, as far as the sequence knows.
         self.defs = defaultdict(dict)
+        self.last_defs = {}
         self.default_namespaces = {"cosid"}
         self.named_namespaces = set()
         # Copies of cosid.history and cosid.state* taken at each clean stop:
@@ -402,6 +403,7 @@ def create(seq, name, definition):
     if not seq.sql(sql):
         return False
     seq.defs[seq.db][name] = definition
+    seq.last_defs[name] = definition
     seq.named_namespaces.add(definition.namespace)
     return True
 
@@ -414,13 +416,18 @@ def drop(seq, name):
 
 
 def a_definition(seq, name):
-    """Mostly the name's last definition here, else another layout or epoch, now and then in
-    another namespace than its own."""
-    last = seq.defs[seq.db].get(name)
+    """Often the name's last definition, else another layout or epoch, now and then in another
+    namespace than its own."""
+    last = seq.last_defs.get(name)
     if last is not None and seq.rng.random() < 0.4:
         return last
     namespace = name if seq.rng.random() < 0.8 else f"{name}_{seq.rng.randint(1, 2)}"
     return Definition(seq.rng.choice(NAMED_LAYOUTS), namespace, seq.rng.randint(-4, 4))
+
+
+def create_said(seq, name, definition):
+    done = create(seq, name, definition)
+    return f"{name}: {describe(definition)}: {'done' if done else 'refused'}"
 
 
 def create_generator(seq):
@@ -428,30 +435,32 @@ def create_generator(seq):
     if not free:
         return "all defined, so redefined: " + redefine_generator(seq)
     name = seq.rng.choice(free)
-    definition = a_definition(seq, name)
-    return f"{name}: {describe(definition)}: {'done' if create(seq, name, definition) else 'refused'}"
+    return create_said(seq, name, a_definition(seq, name))
+
+
+def a_defined_name(seq):
+    defined = sorted(seq.defs[seq.db])
+    return seq.rng.choice(defined) if defined else None
 
 
 def drop_generator(seq):
-    defined = sorted(seq.defs[seq.db])
-    if not defined:
+    name = a_defined_name(seq)
+    if name is None:
         return "none defined, so created: " + create_generator(seq)
-    name = seq.rng.choice(defined)
     return f"{name}: {'done' if drop(seq, name) else 'refused'}"
 
 
 def redefine_generator(seq):
-    defined = sorted(seq.defs[seq.db])
-    if not defined:
+    name = a_defined_name(seq)
+    if name is None:
         return "none defined, so created: " + create_generator(seq)
-    name = seq.rng.choice(defined)
     last = seq.defs[seq.db][name]
     definition = a_definition(seq, name)
     if definition == last:
         definition = last._replace(epoch_s=last.epoch_s + seq.rng.choice([-2, -1, 1, 2]))
     if not drop(seq, name):
         return f"{name}: drop refused"
-    return f"{name}: {describe(definition)}: {'done' if create(seq, name, definition) else 'refused'}"
+    return create_said(seq, name, definition)
 
 
 def create_in_default_namespace(seq):
@@ -464,8 +473,7 @@ def create_in_default_namespace(seq):
                             seq.config["epoch_s"] + seq.rng.choice([2, 5, 10, 30]))
     if LEGACY in seq.defs[seq.db]:
         drop(seq, LEGACY)
-    done = create(seq, LEGACY, definition)
-    return f"{LEGACY}: {describe(definition)}: {'done' if done else 'refused'}"
+    return create_said(seq, LEGACY, definition)
 
 
 def restore_old_file(seq):
