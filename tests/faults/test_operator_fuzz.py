@@ -153,7 +153,10 @@ class Sequence:
         # The named generators each database defines, as far as the sequence knows.
         self.defs = defaultdict(dict)
         self.last_defs = {}
+        self.legacies = 0
         self.default_namespaces = {"cosid"}
+        # When the default generator last generated in each namespace (Unix seconds).
+        self.default_loads = {}
         self.named_namespaces = set()
         # Copies of cosid.history and cosid.state* taken at each clean stop:
         # (step, settings, {file: bytes}).
@@ -300,6 +303,7 @@ class Sequence:
 
     def load(self, seconds=None):
         """Every generator of cosid.database at once, for `seconds` (LOAD_S)."""
+        self.default_loads[self.config["namespace"]] = time.time()
         threads = [threading.Thread(target=self.generate, args=(generator, seconds or LOAD_S))
                    for generator in [None] + sorted(self.defs[self.db])]
         for thread in threads:
@@ -494,12 +498,16 @@ def create_in_default_namespace(seq):
     which is refused at once), with a later epoch than the default generator's."""
     used = sorted(seq.default_namespaces - {seq.config["namespace"]}) or sorted(
         set(DEFAULT_NAMESPACES) - {seq.config["namespace"]})
-    # A later epoch: its ids at a time are the default generator's of that much earlier.
-    definition = Definition("millisecond", seq.rng.choice(used),
-                            seq.config["epoch_s"] + seq.rng.choice([1, 2, 3, 5, 10]))
-    if LEGACY in seq.defs[seq.db]:
-        drop(seq, LEGACY)
-    return create_said(seq, LEGACY, definition)
+    # A later epoch by D seconds: its ids at a time are the default generator's of D seconds
+    # earlier. Half the time D reaches back to the default generator's last ids there.
+    namespace = seq.rng.choice(used)
+    later_s = seq.rng.choice([1, 2, 3, 5, 10])
+    if namespace in seq.default_loads and seq.rng.random() < 0.5:
+        later_s = max(1, round(time.time() - seq.default_loads[namespace]))
+    definition = Definition("millisecond", namespace, seq.config["epoch_s"] + later_s)
+    # A new name each time: a name keeps its first namespace and layout.
+    seq.legacies += 1
+    return create_said(seq, f"{LEGACY}{seq.legacies}", definition)
 
 
 def restore_old_file(seq):
