@@ -150,6 +150,8 @@ class Sequence:
                        "distributor": self.rng.choice(["lease", "manual"]),
                        "machine_id": self.rng.choice(MACHINE_IDS), "layout": "millisecond",
                        "database": "postgres"}
+        self.first = self.config["distributor"] + (
+            f" {self.config['machine_id']}" if self.config["distributor"] == "manual" else "")
         # The named generators each database defines, as far as the sequence knows.
         self.defs = defaultdict(dict)
         self.last_defs = {}
@@ -353,7 +355,8 @@ class Sequence:
             self.check_log()
 
     def action_list(self):
-        return "; ".join(f"{i}: {done}" for i, done in enumerate(self.done))
+        return f"start: {self.first}; " + "; ".join(
+            f"{i}: {done}" for i, done in enumerate(self.done))
 
 
 # -- the actions: each takes the sequence, does one thing, and says what in a few words ---------
@@ -544,13 +547,17 @@ def clock_step(seq):
 
 
 def clock_excursion(seq):
-    """The clock a few seconds ahead while ids are generated, then back."""
+    """The clock a few seconds ahead while ids are generated, then back, and half the time a
+    kill -9 of a generating backend right after."""
     ahead = seq.rng.choice([3, 8, 20])
     set_clock_offset(seq.offset_file, seq.offset + ahead)
     try:
         seq.load(0.3)
     finally:
         set_clock_offset(seq.offset_file, seq.offset)
+    # Half the time a crash at once, before the state writer's next record (issue 27, 4).
+    if seq.rng.random() < 0.5:
+        return f"{ahead} s ahead, then kill -9 " + kill_backend(seq)
     return f"{ahead} s ahead"
 
 
