@@ -692,6 +692,11 @@ class OperatorFuzz(unittest.TestCase):
                   f"{sum(seq.refusals.values())} refusals, {dups} duplicates, "
                   f"{len(seq.errors)} errors, {time.monotonic() - seed_started:.0f} s"
                   f"\n    {seq.action_list()}", flush=True)
+            if (not (dups or seq.errors) and hasattr(seq, "cluster")
+                    and os.environ.get("COSID_KEEP_CLUSTERS") != "1"):
+                # A long run makes a server per seed: only a failed seed's is kept, for its log
+                # (run.py keeps every one of a failed test).
+                seq.cluster.remove()
             if dups or seq.errors:
                 failures.append(
                     f"seed {seed}: {dups} duplicates {dict(seq.duplicates)}\n"
