@@ -27,12 +27,13 @@ class Session:
         return found.group(1) if found else "connection"
 
 
-def run_session(cluster, client, statements):
-    """Runs statements that each print ids (COPY ... TO STDOUT) on one connection; returns the
-    session with every complete id it printed, even if the connection was lost midway."""
+def run_session(cluster, client, statements, db="postgres"):
+    """Runs statements that each print ids (COPY ... TO STDOUT) on one connection to `db`;
+    returns the session with every complete id it printed, even if the connection was lost
+    midway."""
     session = Session(client=client, started=time.monotonic())
     script = "".join(f"{statement};\n" for statement in statements)
-    result = subprocess.run(cluster.psql_command("postgres", "-At", "-v", "ON_ERROR_STOP=1",
+    result = subprocess.run(cluster.psql_command(db, "-At", "-v", "ON_ERROR_STOP=1",
                                                  "-v", "VERBOSITY=verbose"),
                             input=script, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

@@ -229,14 +229,18 @@ class Cluster:
         killed_at = time.monotonic()
         os.kill(victim_pid, signal.SIGKILL)
         victim.wait(timeout=30)
+        self.wait_reinitialised(log_before)
+        return killed_at
 
+    def wait_reinitialised(self, log_before):
+        """Waits until the postmaster, after a child of it died (kill -9), has ended every
+        process and accepts connections again; `log_before` is the log's length before."""
         def reinitialised():
             log = self.log()[log_before:]
             _, found, after_crash = log.partition("all server processes terminated")
             return found and "database system is ready to accept connections" in after_crash
         wait_for(reinitialised, 30, "the reinitialisation")
         self.wait_ready()
-        return killed_at
 
     def worker_pid(self, name="cosid lease worker"):
         """The pid of a cosid background worker, found through /proc so that it is found while
