@@ -53,27 +53,13 @@ from helpers.pgcluster import (Cluster, SqlError, chown_to_postgres, children_of
 
 EPOCH_MS = 1_577_203_200_000
 
-# Issue 27's findings that this branch does not fix yet, each with the actions that find it:
-# the CI default leaves these actions out (COSID_FUZZ_ACTIONS=all runs them). Remove a finding
-# from here once its fix is in, so that CI runs its actions again. What the full set found on
-# the build before the fixes is in docs/reliability.md.
-UNFIXED_FINDINGS = {
-    # Finding 1: a named generator in a namespace the default generator used before (and the
-    # default generator restarted into a namespace a named generator used).
-    "issue 27, 1": {"create_in_default_namespace", "restart_into_named_namespace"},
-    # Finding 2: cosid.database moved, then a name created again there (even with the same
-    # definition: a `second` generator repeats the ids of its current second).
-    "issue 27, 2": {"move_database"},
-    # Finding 3: an older copy of cosid.history (or of a state file) put back.
-    "issue 27, 3": {"restore_old_file"},
-    # Finding 4: a clock excursion ahead, then a kill -9.
-    "issue 27, 4": {"clock_excursion"},
-    # Found by this fuzzer, the same missing memory as 1-3: a named generator restarted with
-    # another cosid.distributor (a fixed machine id 0, then lease: machine id 0 of a namespace
-    # without a lease row) repeats the ids of its current tick. restart_machine_id goes with
-    # it: from a lease, it switches to a fixed machine id.
-    "issue 27, one memory: distributor": {"restart_distributor", "restart_machine_id"},
-}
+# Findings whose fix is not in yet, each with the actions that find it: the CI default leaves
+# these actions out (COSID_FUZZ_ACTIONS=all runs them). Add one here only with a note on its
+# issue, and remove it once its fix is in. Issue 27's findings 1 to 4, and the distributor
+# finding of this fuzzer (a `second` generator with fixed machine id 0 restarted with
+# cosid.distributor = lease repeated the ids of its current second), are fixed: what the full
+# set found before and after the fixes is in docs/reliability.md.
+UNFIXED_FINDINGS = {}
 
 # What CI runs: seeds, and actions per seed (measured: see docs/reliability.md).
 CI_SEEDS = [1, 2, 3, 4, 5, 6]
