@@ -133,7 +133,12 @@ def wait_until_up(cluster, timeout=15):
         try:
             if cluster.query("SELECT count(*) FROM pg_extension WHERE extname = 'cosid'") != "1":
                 return
-            if cluster.query("SELECT bool_and(state = 'UP') FROM cosid.status") == "t":
+            # Every generator defined is published (a new one is recorded in the data
+            # directory first), and every one is UP.
+            if cluster.query(
+                    "SELECT bool_and(state = 'UP') AND NOT EXISTS (SELECT FROM cosid.generator g "
+                    "WHERE g.name NOT IN (SELECT name FROM cosid.status)) "
+                    "FROM cosid.status") == "t":
                 return
         except Exception:
             pass

@@ -8,7 +8,7 @@ import json
 import unittest
 
 from helpers.leases import FAST_LEASES
-from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for_answer
+from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for, wait_for_answer
 
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "cosid-layouts.json").read_text())["layouts"]
 
@@ -124,6 +124,10 @@ class Layouts(unittest.TestCase):
         self.assertEqual(set(expected), set(VECTORS))
         for layout, threshold in expected.items():
             with self.subTest(layout=layout):
+                # Published (and so in cosid.status) once recorded in the data directory.
+                wait_for(lambda: self.cluster.query(
+                    f"SELECT count(*) FROM cosid.status WHERE name = 'v_{layout}'") == "1", 30,
+                    f"v_{layout} in cosid.status")
                 rows = wait_for_answer(
                     self.cluster,
                     "SELECT s.sequence_reset_threshold, g.sequence_reset_threshold IS NULL "

@@ -127,6 +127,12 @@ class PgUpgrade(ClusterTest):
                 with self.assertRaises(SqlError) as refused:
                     new.query(sql)
                 said = refused.exception.stderr
+                if generator == "orders" and refused.exception.sqlstate == "42704":
+                    # Without the history, whether the default generator used the named
+                    # generator's namespace is unknown: the named generator is not run at all.
+                    self.assertIn('generator "orders" is not used: the default generator\'s '
+                                  "history (cosid.history) cannot be read", new.log())
+                    continue
                 self.assertEqual(refused.exception.sqlstate, "55000", said)
                 self.assertIn('"cosid.upgraded" says that pg_upgrade made this data directory',
                               said)
