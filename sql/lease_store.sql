@@ -184,39 +184,99 @@ COMMENT ON TABLE cosid.lease_namespace IS
     'Namespaces of cosid''s machine-id leases; claims of a namespace lock its row.';
 
 -- The identity of the store the leases were last written in, and since when: a promoted
--- standby, a point-in-time recovery and a restore into another cluster or database each give
--- the store another identity, and each may have lost writes whose commit the holders were
--- told of. A record that only grows, one row per sighting, so that recording one never waits
--- for, nor makes anybody wait for, another caller's transaction (a holder's credential may
--- keep one open): the identity it was made in (a lease row written on an earlier timeline of
--- the same cluster and database that is recorded here is the store's own), when, whether it is a change to wait out (settles;
--- not the identity found at install or at an update in place), the versions of lease rows
--- written elsewhere that it accounts for (rows_seen), and a safe guard a holder gave with a
--- write (max_safe_guard: the longest ever given is the greatest of the rows').
+-- standby, a point-in-time recovery, a restore into another cluster or database, a restore over
+-- the lease table (pg_restore --clean) and a start of the store's server (an older copy of its
+-- data directory put back, a base backup started without recovery, the old primary started
+-- again after a failover look the same as a restart) each give the store another identity, and
+-- each may have lost writes whose commit the holders were told of. A record that only grows,
+-- one row per sighting, so that recording one never waits for, nor makes anybody wait for,
+-- another caller's transaction (a holder's credential may keep one open): the identity it was
+-- made in (a lease row written in an earlier timeline or start of the same cluster, database
+-- and lease table that is recorded here is the store's own), when, whether it is a change to
+-- wait out (settles; not the identity found at install or at an update in place), the
+-- versions of lease rows written elsewhere that it accounts for (rows_seen), a safe guard a
+-- holder gave with a write (max_safe_guard: the longest ever given is the greatest of the
+-- rows'), whether the change is a start of the server alone (restart), and whether a holder
+-- other than this server's own cosid workers ever wrote here (shared).
 CREATE TABLE cosid.store_identity (
     identity       text        NOT NULL,
     seen_at        timestamptz NOT NULL,
     settles        boolean     NOT NULL,
     max_safe_guard interval    NOT NULL DEFAULT interval '0',
-    rows_seen      text[]      NOT NULL DEFAULT '{}'
+    rows_seen      text[]      NOT NULL DEFAULT '{}',
+    -- The change is a start of the store's server and nothing else (see
+    -- cosid.store_settles_at()).
+    restart        boolean     NOT NULL DEFAULT false,
+    -- A holder other than this server's own cosid workers wrote a lease here (see
+    -- cosid.store_holder_seen()).
+    shared         boolean     NOT NULL DEFAULT false
 );
 
 COMMENT ON TABLE cosid.store_identity IS
     'The identities of the database cosid''s leases were written in (system identifier, timeline, database), when each change was first seen, and the longest safe guard any holder gave.';
 
 -- This database's identity now: the cluster's system identifier (a new one in another
--- cluster), the timeline WAL is written on (a new one at every promotion and point-in-time
--- recovery) and the database's oid (a new one in every restore into a new database).
+-- cluster), the database's oid (a new one in every restore into a new database), the lease
+-- table's oid (a new one when a restore drops and creates it again), the timeline WAL is written
+-- on (a new one at every promotion and point-in-time recovery), and when the server started (a
+-- new one at every start: a copy of the data directory put back or a base backup started
+-- without recovery starts on the same timeline, and lost what was written after the copy).
 CREATE FUNCTION cosid.store_identity_now()
 RETURNS text
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT format('system %s, timeline %s, database %s',
+SELECT format('system %s, database %s, lease table %s, timeline %s, started %s',
               (SELECT s.system_identifier FROM pg_control_system() s),
+              (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()),
+              'cosid.machine_lease'::regclass::oid,
               ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,
-              (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()))
+              (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint)
 $$;
+
+-- The part of an identity that names the store itself (cluster, database, lease table), without
+-- the timeline and the start: rows written under an earlier one of those, recorded here, are
+-- the store's own.
+CREATE FUNCTION cosid.store_of(p_identity text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT regexp_replace(p_identity, ', timeline [0-9]+, started [0-9]+$', '') $$;
+
+-- Whether the caller is one of this server's own cosid background workers (its lease worker or
+-- the one that runs named generators), which the lease table of its own cosid.database serves:
+-- a process type no client can take.
+CREATE FUNCTION cosid.store_caller_is_local()
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT coalesce((SELECT a.backend_type IN ('cosid lease worker', 'cosid generators worker')
+                   FROM pg_stat_get_activity(pg_backend_pid()) a), false)
+$$;
+
+-- Records, once, that a holder other than this server's own cosid workers wrote a lease here:
+-- from then on a start of this server settles for its own workers' claims too. Called after
+-- cosid.store_settles_at(), since its row is a sighting of the identity now.
+CREATE FUNCTION cosid.store_holder_seen()
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+INSERT INTO cosid.store_identity (identity, seen_at, settles, shared)
+SELECT cosid.store_identity_now(), clock_timestamp(), false, true
+ WHERE NOT cosid.store_caller_is_local()
+   AND NOT EXISTS (SELECT FROM cosid.store_identity i WHERE i.shared)
+$$;
+
+-- This store's identity, for a holder to compare with what it saw before: a server that saw a
+-- newer timeline of the store never takes an older one (an old primary) for it again.
+CREATE FUNCTION cosid.lease_store_identity()
+RETURNS text
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT cosid.store_identity_now() $$;
 
 -- Until when this store must not hand out a machine id as released, new or expired (NULL when
 -- it need not), and its identity now, which every protocol write records in its row. A call
@@ -230,6 +290,10 @@ $$;
 -- the earliest of a change's sightings counts, so that a sighting committed late (from an old
 -- snapshot) delays nothing. Nothing here locks a row: a caller's open transaction holds only
 -- the rows it inserted, which nobody waits for. The safe guard must be 1 ms to a day.
+-- A start of the store's server is a change too: the server cannot tell a restart from an
+-- older copy of its data directory started in its place. Only this server's own cosid workers,
+-- whose earlier processes all ended with the server, do not wait one out, as long as no other
+-- holder ever wrote here (cosid.store_holder_seen()).
 CREATE FUNCTION cosid.store_settles_at(p_safe_guard_ms bigint,
                                        OUT settles_at timestamptz, OUT identity text)
 LANGUAGE plpgsql
@@ -237,8 +301,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_unseen text[];
-    v_seen   timestamptz;
+    v_unseen  text[];
+    v_seen    timestamptz;
+    v_private boolean;
 BEGIN
     IF p_safe_guard_ms IS NULL OR p_safe_guard_ms < 1 OR p_safe_guard_ms > 86400000 THEN
         RAISE EXCEPTION 'invalid safe guard % ms', p_safe_guard_ms
@@ -246,27 +311,36 @@ BEGIN
                   DETAIL = 'A safe guard is from 1 ms to a day (86400000 ms).';
     END IF;
     identity := cosid.store_identity_now();
-    -- Rows written neither now nor on an earlier timeline of this cluster and database that
-    -- this store recorded (not rows that a restore brought with the record of another store),
-    -- each version of which counts once (a row merged again by a restore is a new version).
+    -- Rows written neither now nor in an earlier timeline or start of this cluster, database
+    -- and lease table that this store recorded (not rows that a restore brought with the
+    -- record of another store), each version of which counts once (a row merged again by a
+    -- restore is a new version).
     SELECT array_agg(md5(l.xmin::text || ' ' || l::text)) INTO v_unseen
       FROM cosid.machine_lease l
      WHERE l.written_in <> store_settles_at.identity
-       AND NOT (regexp_replace(l.written_in, ', timeline [0-9]+,', ',')
-                    = regexp_replace(store_settles_at.identity, ', timeline [0-9]+,', ',')
+       AND NOT (cosid.store_of(l.written_in) = cosid.store_of(store_settles_at.identity)
                 AND l.written_in IN (SELECT i.identity FROM cosid.store_identity i))
        AND md5(l.xmin::text || ' ' || l::text)
            NOT IN (SELECT r.version FROM cosid.store_identity i, unnest(i.rows_seen) r(version));
     IF v_unseen IS NOT NULL
        OR NOT EXISTS (SELECT FROM cosid.store_identity i
                        WHERE i.identity = store_settles_at.identity) THEN
-        INSERT INTO cosid.store_identity (identity, seen_at, settles, rows_seen)
-            VALUES (store_settles_at.identity, clock_timestamp(), true, coalesce(v_unseen, '{}'));
+        INSERT INTO cosid.store_identity (identity, seen_at, settles, rows_seen, restart)
+            VALUES (store_settles_at.identity, clock_timestamp(), true, coalesce(v_unseen, '{}'),
+                    -- The same cluster, database, lease table and timeline: a start alone.
+                    v_unseen IS NULL AND EXISTS (
+                        SELECT FROM cosid.store_identity i
+                         WHERE regexp_replace(i.identity, ', started [0-9]+$', '')
+                               = regexp_replace(store_settles_at.identity,
+                                                ', started [0-9]+$', '')));
     END IF;
+    v_private := cosid.store_caller_is_local()
+                 AND NOT EXISTS (SELECT FROM cosid.store_identity i WHERE i.shared);
     -- When the last change was first seen: the store's identity, or a row written elsewhere.
     v_seen := greatest(
         (SELECT min(i.seen_at) FROM cosid.store_identity i
-          WHERE i.identity = store_settles_at.identity AND i.settles),
+          WHERE i.identity = store_settles_at.identity AND i.settles
+            AND NOT (i.restart AND v_private)),
         (SELECT max(f.first_seen)
            FROM (SELECT min(i.seen_at) AS first_seen
                    FROM cosid.store_identity i, unnest(i.rows_seen) r(version)
@@ -296,6 +370,31 @@ SELECT cosid.store_identity_now(), clock_timestamp(), false,
  WHERE p_safe_guard_ms BETWEEN 1 AND 86400000
    AND NOT EXISTS (SELECT FROM cosid.store_identity i
                     WHERE i.max_safe_guard >= p_safe_guard_ms * interval '1 millisecond')
+$$;
+
+-- How far ahead of this store's clock a holder's clock may run: claims and renewals from a
+-- holder further ahead are refused, and the floor every claim waits for after the store
+-- forgot writes adds it (cosid.lease_claim()): a holder whose claim the store forgot issued
+-- ids up to its own clock, which this bounds. One row; superusers change it with UPDATE.
+CREATE TABLE cosid.store_settings (
+    one_row        boolean  PRIMARY KEY DEFAULT true CHECK (one_row),
+    max_clock_lead interval NOT NULL DEFAULT interval '1 second'
+        CHECK (max_clock_lead >= interval '0' AND max_clock_lead <= interval '1 hour')
+);
+
+COMMENT ON TABLE cosid.store_settings IS
+    'Settings of cosid''s lease store: max_clock_lead, how far ahead of the store''s clock a holder''s clock may run (0 to an hour, 1 s by default).';
+
+INSERT INTO cosid.store_settings DEFAULT VALUES;
+
+-- The largest clock lead allowed, in milliseconds (the default without a row).
+CREATE FUNCTION cosid.store_max_clock_lead_ms()
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT coalesce((SELECT (extract(epoch FROM s.max_clock_lead) * 1000)::bigint
+                   FROM cosid.store_settings s), 1000)
 $$;
 
 -- What the next holder of a lease must wait for: the exact last timestamp of a release, else the
@@ -462,6 +561,7 @@ DECLARE
     v_identity text;
     v_settling boolean;
     v_settled_ms bigint;
+    v_lead_ms  bigint;
     v_max      integer;
     v_clock_ms bigint;
     v_lease    cosid.machine_lease;
@@ -487,6 +587,16 @@ BEGIN
     -- Every input is within its bounds now, so nothing below can overflow.
     v_clock_ms := p_watermark_ms - p_safe_guard_ms;
     v_max := ((1::bigint << p_machine_bits) - 1)::integer;
+    -- A claimer whose clock runs further ahead than the store allows gets nothing: the floor
+    -- after a lost write covers a forgotten holder's clock only up to that lead. The answer
+    -- carries the lead allowed (previous_watermark_ms) and the store's time.
+    v_lead_ms := cosid.store_max_clock_lead_ms();
+    IF v_clock_ms - cosid.unix_ms(clock_timestamp()) > v_lead_ms THEN
+        RETURN QUERY SELECT CASE WHEN p_knows_settling THEN 'clock_ahead' ELSE 'contended' END,
+                            NULL::integer, v_lead_ms, NULL::bigint,
+                            cosid.unix_ms(clock_timestamp());
+        RETURN;
+    END IF;
     INSERT INTO cosid.lease_namespace AS n (namespace) VALUES (p_namespace)
         ON CONFLICT DO NOTHING;
     -- Serialises claims where it can; a lock somebody keeps (a holder's open transaction) is
@@ -494,17 +604,22 @@ BEGIN
     PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE SKIP LOCKED;
     SELECT s.settles_at, s.identity INTO v_settles, v_identity
       FROM cosid.store_settles_at(p_safe_guard_ms) s;
+    PERFORM cosid.store_holder_seen();
     v_now := clock_timestamp();
     v_settling := coalesce(v_settles > v_now, false);
     -- What a holder the store forgot issued is below the time it settled, on the store's
-    -- clock; a holder's clock may run ahead of it by as much as the rows show (watermark minus
-    -- the store's time of the write minus the safe guard).
+    -- clock; a holder's clock may run ahead of it by as much as the store allows (a forgotten
+    -- holder's writes, refused beyond that, are lost), or as the rows show (watermark minus the
+    -- store's time of the write minus the safe guard: a row written before the limit was
+    -- lowered, or restored), at most an hour.
     -- (In numeric: a restored row may hold any value.)
     v_settled_ms := CASE WHEN v_settles IS NULL THEN 0 ELSE cosid.unix_ms(v_settles)
-        + coalesce((SELECT greatest(0, least(3600000, max(
-                               l.watermark_ms::numeric - cosid.unix_ms(l.renewed_at)
-                               - extract(epoch FROM l.safe_guard) * 1000)))::bigint
-                      FROM cosid.machine_lease l), 0) END;
+        + greatest(v_lead_ms,
+                   -- (least() skips a NULL: no rows count as no lead.)
+                   least(3600000, coalesce((SELECT max(l.watermark_ms::numeric
+                                                       - cosid.unix_ms(l.renewed_at)
+                                                       - extract(epoch FROM l.safe_guard) * 1000)
+                                              FROM cosid.machine_lease l), 0))::bigint) END;
     v_expires := v_now + p_safe_guard_ms * interval '1 millisecond';
     -- Every machine id handed out now would wait for that floor, and one further ahead of the
     -- claimer's clock than it waits for is given back: each claim would then take another
@@ -736,11 +851,15 @@ DECLARE
 BEGIN
     IF p_safe_guard_ms IS NULL OR p_safe_guard_ms < 1 OR p_safe_guard_ms > 86400000
        OR p_watermark_ms IS NULL OR p_watermark_ms < 0
-       OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000 THEN
+       OR p_watermark_ms > cosid.unix_ms(clock_timestamp()) + p_safe_guard_ms + 3600000
+       -- A holder whose clock runs further ahead than the store allows (see lease_claim).
+       OR p_watermark_ms - p_safe_guard_ms - cosid.unix_ms(clock_timestamp())
+          > cosid.store_max_clock_lead_ms() THEN
         RETURN;
     END IF;
     SELECT s.settles_at, s.identity INTO v_settles, v_identity
       FROM cosid.store_settles_at(p_safe_guard_ms) s;
+    PERFORM cosid.store_holder_seen();
     RETURN QUERY
     UPDATE cosid.machine_lease l
        SET renewed_at = clock_timestamp(), written_in = v_identity,
@@ -806,6 +925,7 @@ BEGIN
     END IF;
     -- A change of the store's identity is recorded before the row is written in the new one.
     v_identity := (SELECT s.identity FROM cosid.store_settles_at(1) s);
+    PERFORM cosid.store_holder_seen();
     UPDATE cosid.machine_lease l
        SET state = CASE WHEN l.stable THEN 'claimed' ELSE 'released' END,
            expires_at = least(l.expires_at, clock_timestamp()),
@@ -932,7 +1052,13 @@ INSERT INTO cosid.store_identity (identity, seen_at, settles)
 ALTER TABLE cosid.machine_lease OWNER TO cosid_lease_owner;
 ALTER TABLE cosid.lease_namespace OWNER TO cosid_lease_owner;
 ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
+ALTER TABLE cosid.store_settings OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_max_clock_lead_ms() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_of(text) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_caller_is_local() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_holder_seen() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_store_identity() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_guard_given(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
@@ -952,10 +1078,11 @@ ALTER FUNCTION cosid.lease_store_version() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_namespace_layout(text) OWNER TO cosid_lease_owner;
 
 REVOKE ALL ON TABLE cosid.machine_lease, cosid.lease_namespace, cosid.store_identity,
-    cosid.leases FROM PUBLIC;
+    cosid.store_settings, cosid.leases FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.unix_ms(timestamptz),
     cosid.machine_lease_guard(), cosid.machine_lease_merge(), cosid.store_identity_now(),
-    cosid.store_settles_at(bigint), cosid.store_guard_given(bigint),
+    cosid.store_of(text), cosid.store_caller_is_local(), cosid.store_holder_seen(),
+    cosid.store_max_clock_lead_ms(), cosid.store_settles_at(bigint), cosid.store_guard_given(bigint),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
@@ -963,9 +1090,9 @@ REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.uni
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint),
     cosid.lease_retire(text, integer), cosid.lease_rows(),
-    cosid.lease_namespace_layout(text) FROM PUBLIC;
+    cosid.lease_namespace_layout(text), cosid.lease_store_identity() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    cosid.lease_namespace_layout(text),
+    cosid.lease_namespace_layout(text), cosid.lease_store_identity(),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),
@@ -975,6 +1102,20 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON TABLE cosid.leases TO pg_monitor;
 -- A view's functions run with the privileges of its reader.
 GRANT EXECUTE ON FUNCTION cosid.lease_rows() TO pg_monitor;
+
+-- cosid.store_caller_is_local() reads the type of the calling process, which PostgreSQL shows
+-- only to roles with pg_read_all_stats: granted where the installing role may (a superuser, as
+-- CREATE EXTENSION runs). Elsewhere every caller counts as another server's, which is the safe
+-- side: a store installed without it has no cosid workers of its own.
+DO $stats$
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF NOT pg_catalog.current_setting('transaction_read_only')::boolean
+       AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+        GRANT pg_read_all_stats TO cosid_lease_owner;
+    END IF;
+END
+$stats$;
 
 -- What the block before the objects were given to cosid_lease_owner granted is taken back, with
 -- any membership createrole_self_grant gave the role that created it (see that block), so that

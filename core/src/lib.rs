@@ -18,4 +18,5 @@ pub mod registry;
 pub mod session_settings;
 pub mod state_file;
 pub mod store_client;
+pub mod store_timeline;
 pub mod uninstall;

@@ -247,12 +247,16 @@ pub enum ClaimOutcome {
     Exhausted,
     /// Other claims kept changing the rows this one chose; try again.
     Contended,
-    /// The store's identity changed (a promotion, a point-in-time recovery, a restore) and it
+    /// The store's identity changed (a promotion, a point-in-time recovery, a restore, a start
+    /// of its server) and it
     /// hands out no machine id until `settles_at_ms`, by its clock: it may have forgotten
     /// claims whose holders still generate.
     Settling { settles_at_ms: i64 },
     /// A live lease of the namespace uses another layout (machine bits, or the rest).
     LayoutMismatch,
+    /// The claimer's clock runs further ahead of the store's (`store_now_ms`) than the store
+    /// allows (`allowed_ms`, its `max_clock_lead`).
+    ClockAhead { allowed_ms: i64, store_now_ms: i64 },
 }
 
 /// Which kind of lease a claim took.
@@ -373,6 +377,12 @@ pub fn decode_claim(
             })
         }
         "layout" => return Ok(ClaimOutcome::LayoutMismatch),
+        "clock_ahead" => {
+            return Ok(ClaimOutcome::ClockAhead {
+                allowed_ms: bigint(&row[2], "clock lead allowed")?,
+                store_now_ms: bigint(&row[4], "store time")?,
+            })
+        }
         "busy" => {
             return Ok(ClaimOutcome::Busy {
                 machine_id: machine_id(&row[1], machine_bits)?,
@@ -458,6 +468,12 @@ pub trait LeaseStore {
         self.installed_protocol()
     }
 
+    /// What the store passed over since it was last asked, for the server log: a host of the
+    /// connection string refused (an old primary). `None` when nothing was.
+    fn take_notice(&mut self) -> Option<String> {
+        None
+    }
+
     /// Which version's protocol the store has.
     fn installed_protocol(&mut self) -> Result<Readiness, String> {
         Ok(match decode_readiness(&self.run(&readiness())?) {
@@ -527,6 +543,9 @@ impl<T: LeaseStore + ?Sized> LeaseStore for Box<T> {
     fn readiness(&mut self) -> Result<Readiness, String> {
         (**self).readiness()
     }
+    fn take_notice(&mut self) -> Option<String> {
+        (**self).take_notice()
+    }
 }
 
 /// One store shared by the sessions of several generators in one process: each call borrows it
@@ -543,6 +562,9 @@ impl<T: LeaseStore + ?Sized> LeaseStore for std::rc::Rc<std::cell::RefCell<T>> {
     }
     fn readiness(&mut self) -> Result<Readiness, String> {
         self.borrow_mut().readiness()
+    }
+    fn take_notice(&mut self) -> Option<String> {
+        self.borrow_mut().take_notice()
     }
 }
 
@@ -654,6 +676,20 @@ mod tests {
             decode_claim(&settling, 3),
             Ok(ClaimOutcome::Settling {
                 settles_at_ms: 7_000
+            })
+        );
+        let clock_ahead = vec![vec![
+            Value::Text("clock_ahead".into()),
+            Value::Null,
+            Value::BigInt(1_000),
+            Value::Null,
+            Value::BigInt(5_000),
+        ]];
+        assert_eq!(
+            decode_claim(&clock_ahead, 3),
+            Ok(ClaimOutcome::ClockAhead {
+                allowed_ms: 1_000,
+                store_now_ms: 5_000
             })
         );
         let settling_without_end = vec![vec![

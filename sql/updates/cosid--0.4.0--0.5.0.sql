@@ -62,8 +62,13 @@ COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text
 COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) IS 'Lease protocol: the claim as servers of cosid 0.2.0 to 0.4.0 call it, answering contended while the store settles.';
 COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) IS 'Lease protocol: renews a lease this holder holds and raises its watermark; no row means the lease is lost. While the store settles, a lease it shows expired only for a holder still generating.';
 COMMENT ON FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint) IS 'Lease protocol: the renewal as servers of cosid 0.1.0 to 0.4.0 call it.';
-COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, timeline, database oid).';
-COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore), NULL when it need not; and its identity now.';
+COMMENT ON FUNCTION cosid.store_identity_now() IS 'Lease protocol: this database''s identity now (system identifier, database oid, lease table oid, timeline, start of the server).';
+COMMENT ON FUNCTION cosid.store_of(text) IS 'Lease protocol: the part of a store identity that names the store itself (cluster, database, lease table), without the timeline and the start.';
+COMMENT ON FUNCTION cosid.store_caller_is_local() IS 'Lease protocol: whether the caller is one of this server''s own cosid background workers.';
+COMMENT ON FUNCTION cosid.store_holder_seen() IS 'Lease protocol: records, once, that a holder other than this server''s own cosid workers wrote a lease here, after which a start of this server settles for its own workers too.';
+COMMENT ON FUNCTION cosid.store_max_clock_lead_ms() IS 'Lease protocol: how far ahead of the store''s clock a holder''s clock may run, in milliseconds (cosid.store_settings.max_clock_lead).';
+COMMENT ON FUNCTION cosid.lease_store_identity() IS 'Lease protocol: this store''s identity (system identifier, database, lease table, timeline, start), which a holder compares with the latest timeline it saw the store on.';
+COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore, a start of its server), NULL when it need not; and its identity now.';
 COMMENT ON FUNCTION cosid.store_guard_given(bigint) IS 'Lease protocol: records the safe guard a holder gave with a lease it wrote, if it is the longest yet, which the store settles for after its identity changed.';
 COMMENT ON FUNCTION cosid.machine_lease_merge() IS 'Trigger of cosid.machine_lease: merges a restored row (pg_restore) into the row its machine id already has, keeping the higher watermark, instead of failing the COPY; refuses a row of another id layout than its namespace, or one that overlaps a claim held.';
 

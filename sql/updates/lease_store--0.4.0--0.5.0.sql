@@ -3,8 +3,9 @@
 --   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.4.0--0.5.0.sql
 -- ALTER EXTENSION cosid UPDATE runs the same statements for the store inside the extension.
 --
--- What changes: the store records its identity (system identifier, timeline, database), and
--- after it changes (a promoted standby, a point-in-time recovery, a restore elsewhere) hands out
+-- What changes: the store records its identity (system identifier, database, lease table,
+-- timeline, start of its server), and after it changes (a promoted standby, a point-in-time
+-- recovery, a restore elsewhere or over the lease table, a start of the server) hands out
 -- no machine id as released, new or expired until a whole safe guard has passed, since it may
 -- have forgotten claims, renewals and releases it acknowledged (cosid.store_settles_at()). The
 -- identity it has now is recorded as settled, and the rows as written in it: an update in
@@ -71,22 +72,34 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT '0.5.0'::text $$;
 
 ALTER TABLE cosid.store_identity OWNER TO cosid_lease_owner;
+ALTER TABLE cosid.store_settings OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_max_clock_lead_ms() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_identity_now() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_of(text) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_caller_is_local() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.store_holder_seen() OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.lease_store_identity() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_guard_given(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_merge() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) OWNER TO cosid_lease_owner;
 
-REVOKE ALL ON TABLE cosid.store_identity FROM PUBLIC;
+REVOKE ALL ON TABLE cosid.store_identity, cosid.store_settings FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.store_identity_now(), cosid.store_settles_at(bigint),
+    cosid.store_of(text), cosid.store_caller_is_local(), cosid.store_holder_seen(),
+    cosid.store_max_clock_lead_ms(), cosid.lease_store_identity(),
     cosid.store_guard_given(bigint),
     cosid.machine_lease_merge(),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
-    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) TO cosid_lease_holder;
+    cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean),
+    cosid.lease_store_identity() TO cosid_lease_holder;
 
+--@include lease_store.sql
+--@from -- cosid.store_caller_is_local() reads the type of the calling process, which PostgreSQL shows
+--@until -- What the block before the objects were given to cosid_lease_owner granted is taken back, with
 --@include lease_store.sql
 --@from -- What the block before the objects were given to cosid_lease_owner granted is taken back, with

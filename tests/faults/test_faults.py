@@ -28,7 +28,7 @@ from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
 from helpers.faults import (FAST, LAYOUT, decode, fake_clock, ownership_conflicts,
                             set_clock_offset)
 from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
-                           start_store)
+                           set_max_clock_lead, start_store)
 from helpers.generators import (define_second_generator, generators, next_id, ten_minutes_back,
                                 try_unsafe_redefinitions)
 from helpers.leases import DEADLINE_S, SAFE_GUARD_S, status
@@ -75,6 +75,8 @@ class Faults(unittest.TestCase):
         self.proxies, self.servers = [], []
         self.addCleanup(self.stop_everything)
         self.store = start_store("faults-store", 25300, {})
+        # Its servers' clocks run up to 3.5 s ahead on the clock faker: the store allows 5 s.
+        set_max_clock_lead(self.store, "5 s")
         for index in range(3):
             proxy = Proxy(self.store.port)
             self.proxies.append(proxy)

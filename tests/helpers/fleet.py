@@ -139,6 +139,14 @@ def start_store(name, port, settings=None, certificate_role=False, lease_sql=LEA
     return store
 
 
+def set_max_clock_lead(store, lead):
+    """How far ahead of the store's clock its holders' clocks may run (an interval's text), for
+    the tests whose servers run ahead on the clock faker; a store of a version without the limit
+    is left as it is."""
+    store.query("DO $$ BEGIN IF to_regclass('cosid.store_settings') IS NOT NULL THEN "
+                f"UPDATE cosid.store_settings SET max_clock_lead = '{lead}'; END IF; END $$")
+
+
 def install_store(store, lease_sql=LEASE_SQL):
     """The lease protocol (`lease_sql`) in database postgres of a running server, and the role
     the fleet's servers log in as, with a password."""

@@ -95,7 +95,7 @@ class PatroniNode:
                         "connect_address": f"127.0.0.1:{self.api_port}"},
             "etcd3": {"hosts": f"127.0.0.1:{etcd.client_port}"},
             "bootstrap": {
-                "dcs": {"ttl": 10, "loop_wait": 1, "retry_timeout": 3,
+                "dcs": {"ttl": 20, "loop_wait": 1, "retry_timeout": 3,
                         "maximum_lag_on_failover": 16 * 1024 * 1024,
                         "synchronous_mode": synchronous_mode,
                         "postgresql": {"use_pg_rewind": False, "use_slots": True,

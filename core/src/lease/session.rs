@@ -88,8 +88,33 @@ pub trait Env {
 /// The longest a store call may take at shutdown (the release).
 pub const SHUTDOWN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Without a lease, claims are tried again this often.
+/// Without a lease, claims are tried again this often, plus the server's own spread
+/// ([`retry_spread_ms`]); claims the store did not answer (unreachable, read-only) back off to
+/// at most [`CLAIM_RETRY_MAX_MS`].
 pub const CLAIM_RETRY_MS: u64 = 1_000;
+
+/// The longest wait between claims while the store does not answer.
+pub const CLAIM_RETRY_MAX_MS: u64 = 2_000;
+
+/// A server's own offset of its claim retries, 0 to 499 ms, from its instance id: servers that
+/// lost the store at the same moment (a failover) then do not all call it again at the same
+/// moment, and each keeps its place from one retry to the next.
+pub fn retry_spread_ms(instance_id: &str) -> u64 {
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let hash = instance_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    hash % 500
+}
+
+/// The wait before the next claim after `unanswered` claims in a row that the store did not
+/// answer: 1 s, then 2 s, plus the spread. (Short: a server whose deadline passed during an
+/// outage claims again as soon as the store is back.)
+pub fn claim_retry_ms(unanswered: u32, spread_ms: u64) -> u64 {
+    (CLAIM_RETRY_MS << unanswered.min(6)).min(CLAIM_RETRY_MAX_MS) + spread_ms
+}
 
 /// A failed renewal is tried again this soon (or at the next renewal, if that is sooner).
 pub const RENEWAL_RETRY_MS: u64 = 1_000;
@@ -147,6 +172,8 @@ pub struct Session<'a, S: LeaseStore, E: Env> {
     claim_token: Option<u64>,
     /// Monotonic time of the next renewal (or claim).
     next_renewal_ms: u64,
+    /// Claims in a row that the store did not answer: the next one waits longer.
+    unanswered_claims: u32,
     next_state_write_ms: u64,
     /// The last line logged through [`Session::note`], so that a repeated condition is logged
     /// once.
@@ -183,6 +210,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             pending_release: None,
             claim_token: None,
             next_renewal_ms: 0,
+            unanswered_claims: 0,
             next_state_write_ms: 0,
             last_logged: String::new(),
         }
@@ -249,14 +277,17 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     pub fn step(&mut self) {
         if self.held().is_none() {
             self.claim();
-            return;
+        } else {
+            let now = self.env.monotonic_ms();
+            if now >= self.next_renewal_ms {
+                self.renew();
+            }
+            if self.holder.stable && now >= self.next_state_write_ms {
+                self.write_state_file(false);
+            }
         }
-        let now = self.env.monotonic_ms();
-        if now >= self.next_renewal_ms {
-            self.renew();
-        }
-        if self.holder.stable && now >= self.next_state_write_ms {
-            self.write_state_file(false);
+        if let Some(notice) = self.store.take_notice() {
+            self.note(LogLevel::Warning, format!("cosid: {notice}"));
         }
     }
 
@@ -331,7 +362,25 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
 
     /// One attempt to take a machine id, in named steps; each step that fails has said why.
     fn claim(&mut self) {
-        self.next_renewal_ms = self.env.monotonic_ms() + CLAIM_RETRY_MS;
+        let wait_ms = claim_retry_ms(
+            self.unanswered_claims,
+            retry_spread_ms(&self.holder.instance_id),
+        );
+        self.next_renewal_ms = self.env.monotonic_ms() + wait_ms;
+        self.claim_once();
+        let unanswered = self.held().is_none()
+            && matches!(
+                self.status.problem(),
+                LeaseProblem::StoreError | LeaseProblem::Standby
+            );
+        self.unanswered_claims = if unanswered {
+            self.unanswered_claims.saturating_add(1)
+        } else {
+            0
+        };
+    }
+
+    fn claim_once(&mut self) {
         if !self.release_given_back() {
             return;
         }
@@ -603,7 +652,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     }
 
     /// Why a claim took no machine id.
-    fn refused(&self, outcome: ClaimOutcome) -> (LeaseProblem, String) {
+    fn refused(&mut self, outcome: ClaimOutcome) -> (LeaseProblem, String) {
         let holder = &self.holder;
         let namespace = &holder.namespace;
         match outcome {
@@ -633,7 +682,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             ClaimOutcome::Settling { settles_at_ms } => (
                 LeaseProblem::StoreSettling,
                 format!(
-                    "the lease store's identity changed (a promoted standby, a point-in-time recovery or a restore), and it may have forgotten claims it acknowledged: it hands out no machine id in namespace \"{namespace}\" until {} (a whole safe guard after the change was first seen), while the holders whose claims it kept go on; claiming again until then",
+                    "the lease store's identity changed (a promoted standby, a point-in-time recovery, a restore, or a start of its server, which may be an older copy), and it may have forgotten claims it acknowledged: it hands out no machine id in namespace \"{namespace}\" until {} (a whole safe guard after the change was first seen), while the holders whose claims it kept go on; claiming again until then",
                     format_unix_ms(settles_at_ms)
                 ),
             ),
@@ -642,6 +691,16 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 format!(
                     "namespace \"{namespace}\" was used with another id layout than this server's ({}), or has live leases with other machine bits: a namespace keeps one layout for as long as the lease table has its rows, or ids can coincide; use a new namespace (see cosid.lease_namespace_layout())",
                     holder.layout
+                ),
+            ),
+            ClaimOutcome::ClockAhead {
+                allowed_ms,
+                store_now_ms,
+            } => (
+                LeaseProblem::ClockAhead,
+                format!(
+                    "this server's clock is {} ms ahead of the lease store's, more than the store allows ({allowed_ms} ms, cosid.store_settings.max_clock_lead): after the store forgets a claim, the next holder's ids start that far above the time it settled, and a holder further ahead could issue the same ids; set this server's clock right (NTP), or raise the limit on the store",
+                    self.env.unix_ms() - store_now_ms
                 ),
             ),
             ClaimOutcome::Claimed { .. } => (LeaseProblem::None, String::new()),
@@ -784,6 +843,29 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wait before a session's first retry of a claim: a second plus its own spread.
+    fn first_retry<S: LeaseStore, E: Env>(session: &Session<'_, S, E>) -> u64 {
+        CLAIM_RETRY_MS + retry_spread_ms(&session.holder.instance_id)
+    }
+
+    #[test]
+    fn claims_the_store_does_not_answer_back_off_and_servers_spread_their_retries() {
+        assert_eq!(claim_retry_ms(0, 7), 1_007);
+        assert_eq!(claim_retry_ms(1, 7), 2_007);
+        assert_eq!(claim_retry_ms(2, 7), 2_007);
+        assert_eq!(claim_retry_ms(u32::MAX, 7), 2_007);
+        let spreads: std::collections::BTreeSet<u64> = (0..20)
+            .map(|pid| retry_spread_ms(&format!("db1:5432:{pid}")))
+            .collect();
+        assert!(spreads.iter().all(|spread| *spread < 500));
+        // Twenty servers of one host do not retry in step.
+        assert!(spreads.len() >= 15, "{spreads:?}");
+        assert_eq!(
+            retry_spread_ms("db1:5432:77"),
+            retry_spread_ms("db1:5432:77")
+        );
+    }
     use crate::generator::{BackwardsPolicy, Clock, GenerateError, GeneratorConfig};
     use crate::layout::TimeUnit;
     use crate::protocol::{Call, Value};
@@ -1265,7 +1347,10 @@ mod tests {
             assert!(shared.status.last_error.load().starts_with(text), "{text}");
             assert!(!shared.generator.is_open());
             assert_eq!(session.held(), None);
-            assert_eq!(session.next_wake_ms(), START_MONO_MS + CLAIM_RETRY_MS);
+            assert_eq!(
+                session.next_wake_ms(),
+                START_MONO_MS + first_retry(&session)
+            );
             assert_eq!(session.env.logs.len(), 1);
             assert_eq!(session.env.logs[0].0, LogLevel::Warning);
         }
@@ -1285,6 +1370,33 @@ mod tests {
         assert!(
             error.starts_with("claiming a machine id failed: the lease store answered machine id 8, outside 0 to 7 (3 machine bits)"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_session_backs_off_while_the_store_does_not_answer_and_not_after() {
+        let shared = Shared::new();
+        let store = store_with_claims([
+            Err("connection refused".to_string()),
+            Err("connection refused".to_string()),
+            Err("connection refused".to_string()),
+            refused("exhausted", Value::Null),
+            refused("exhausted", Value::Null),
+        ]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        let spread = retry_spread_ms(&session.holder.instance_id);
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let started = session.env.monotonic_ms();
+            session.step();
+            let wait = session.next_wake_ms() - started;
+            waits.push(wait);
+            session.env.advance(wait);
+        }
+        // Unreachable: 1 s, then 2 s; an answer (no machine id left) puts it back to 1 s.
+        assert_eq!(
+            waits,
+            [1_000, 2_000, 2_000, 2_000, 1_000].map(|ms| ms + spread)
         );
     }
 
@@ -1544,11 +1656,46 @@ mod tests {
         let text = shared.status.last_error.load();
         assert!(text.contains("identity changed"), "{text}");
         assert!(text.contains(&format_unix_ms(settles_at)), "{text}");
-        assert_eq!(session.next_wake_ms(), START_MONO_MS + CLAIM_RETRY_MS);
-        session.env.advance(CLAIM_RETRY_MS);
+        assert_eq!(
+            session.next_wake_ms(),
+            START_MONO_MS + first_retry(&session)
+        );
+        session.env.advance(first_retry(&session));
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Up);
         assert_eq!(session.store.calls_of("lease_claim").len(), 2);
+    }
+
+    #[test]
+    fn a_clock_too_far_ahead_of_the_store_claims_nothing_and_says_by_how_much() {
+        let shared = Shared::new();
+        // The store's clock is 2.5 s behind this server's; it allows 1 s.
+        let ahead = Ok(vec![vec![
+            Value::Text("clock_ahead".into()),
+            Value::Null,
+            Value::BigInt(1_000),
+            Value::Null,
+            Value::BigInt(START_WALL_MS - 2_500),
+        ]]);
+        let store = store_with_claims([ahead, claimed("new", 3, 0)]);
+        let mut session = shared.session(store, ScriptedEnv::default());
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Claiming);
+        assert_eq!(shared.status.problem(), LeaseProblem::ClockAhead);
+        assert!(!shared.generator.is_open());
+        let text = shared.status.last_error.load();
+        assert!(
+            text.contains("2500 ms ahead of the lease store's"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(1000 ms, cosid.store_settings.max_clock_lead)"),
+            "{text}"
+        );
+        // Claimed again a second later, once the clock is right.
+        session.env.advance(first_retry(&session));
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Up);
     }
 
     #[test]

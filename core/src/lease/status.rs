@@ -95,6 +95,8 @@ pub enum LeaseProblem {
     History = 12,
     /// The default generator's history file cannot be read or written.
     HistoryFile = 13,
+    /// This server's clock runs further ahead of the lease store's than the store allows.
+    ClockAhead = 14,
 }
 
 impl LeaseProblem {
@@ -119,13 +121,16 @@ impl LeaseProblem {
                 "the local state file cannot be used (its error is shown to superusers only)"
             }
             LeaseProblem::StoreSettling => {
-                "the lease store changed identity (failover, recovery or restore) and is settling"
+                "the lease store changed identity (failover, recovery, restore or restart) and is settling"
             }
             LeaseProblem::History => {
                 "the default generator's namespace or layout changed, and its ids could repeat"
             }
             LeaseProblem::HistoryFile => {
                 "the history file cannot be used (its error is shown to superusers only)"
+            }
+            LeaseProblem::ClockAhead => {
+                "this server's clock is further ahead of the lease store's than the store allows"
             }
         }
     }
@@ -145,6 +150,7 @@ impl LeaseProblem {
             11 => LeaseProblem::StoreSettling,
             12 => LeaseProblem::History,
             13 => LeaseProblem::HistoryFile,
+            14 => LeaseProblem::ClockAhead,
             _ => LeaseProblem::None,
         }
     }

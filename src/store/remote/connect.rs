@@ -3,9 +3,11 @@
 
 use super::{describe, RemoteStore, READ_ONLY};
 use cosid_core::store_client::TlsCheck;
+use cosid_core::store_timeline::{self, Judgement};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 use postgres_openssl::MakeTlsConnector;
 use std::time::Duration;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, NoTls, Socket};
 
@@ -53,7 +55,10 @@ impl RemoteStore {
         let mut failures = Vec::new();
         let mut read_only = 0;
         for index in 0..self.conninfo.hosts.len() {
-            match self.connect_to(index) {
+            match self.connect_to(index).and_then(|client| match client {
+                Some(client) => self.check_timeline(index, &client).map(|()| Some(client)),
+                None => Ok(None),
+            }) {
                 Ok(Some(client)) => {
                     self.client = Some(client);
                     return Ok(());
@@ -72,6 +77,69 @@ impl RemoteStore {
         } else {
             failures.join("; ")
         })
+    }
+
+    /// Refuses host `index` if it answers on an older timeline of the store than this server
+    /// saw it on (an old primary: a split brain, or a failback), and remembers a newer one in
+    /// the data directory before the host is used (`cosid_core::store_timeline`). A store
+    /// without `cosid.lease_store_identity()` (before 0.5.0) is not compared.
+    fn check_timeline(&mut self, index: usize, client: &Client) -> Result<(), String> {
+        let seen = self.timeline_seen.clone()?;
+        let asked = client.query("SELECT cosid.lease_store_identity()", &[]);
+        let rows = match self.bounded(self.timeout, asked) {
+            Err(cut) => return Err(cut.describe("the store's identity")),
+            Ok(Err(error)) if error.code() == Some(&SqlState::UNDEFINED_FUNCTION) => return Ok(()),
+            Ok(Err(error)) => return Err(describe(error)),
+            Ok(Ok(rows)) => rows,
+        };
+        let text = rows
+            .first()
+            .and_then(|row| row.try_get::<_, Option<String>>(0).ok())
+            .flatten();
+        let Some(found) = text.as_deref().and_then(store_timeline::parse_identity) else {
+            return Err(
+                "the lease store answered its identity in a form this server cannot read"
+                    .to_string(),
+            );
+        };
+        match store_timeline::judge(seen.as_ref(), &found) {
+            Judgement::Same => Ok(()),
+            Judgement::Newer(newer) => {
+                crate::local_state::write_line_durably(
+                    store_timeline::FILE,
+                    &store_timeline::to_text(&newer),
+                )
+                .map_err(|why| {
+                    format!(
+                        "could not write the file \"{}\": {why}",
+                        store_timeline::FILE
+                    )
+                })?;
+                self.timeline_seen = Ok(Some(newer));
+                Ok(())
+            }
+            Judgement::Older { found, seen } => {
+                let text = format!(
+                    "{} of cosid.lease_store is on timeline {found} of the lease store, older than timeline {seen} this server saw it on: an old primary (left running after a failover, a split brain, or started again after one) that has not seen what was written since; not used. Fence it, or make it a standby of the current primary",
+                    self.host_label(index)
+                );
+                self.notice = Some(text.clone());
+                Err(text)
+            }
+        }
+    }
+
+    /// "host H port P" of host `index`, for messages (no other part of the string).
+    fn host_label(&self, index: usize) -> String {
+        let config = &self.conninfo.hosts[index];
+        let host = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+            #[cfg(unix)]
+            Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+            None => "localhost".to_string(),
+        };
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        format!("host {host} port {port}")
     }
 
     /// A session on host `index`, set up; `None` when the host is read-only.

@@ -21,6 +21,7 @@ mod conninfo;
 use conninfo::ConnInfo;
 use cosid_core::conninfo::redact;
 use cosid_core::protocol::{live_before, Call, Kind, LeaseStore, Param, Readiness, Value};
+use cosid_core::store_timeline::{self, TimelineSeen};
 use std::time::Duration;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
@@ -40,6 +41,11 @@ pub struct RemoteStore {
     /// that an unreachable store never holds a shutdown up. (A plain read of a flag the signal
     /// handler sets, on this same thread.)
     shutting_down: fn() -> bool,
+    /// The latest timeline this server saw the store on (`cosid_core::store_timeline`), or why
+    /// its file cannot be read: then no host is taken.
+    timeline_seen: Result<Option<TimelineSeen>, String>,
+    /// A host passed over since the session last asked (`LeaseStore::take_notice`).
+    notice: Option<String>,
 }
 
 /// The error of a store string none of whose hosts takes writes.
@@ -82,6 +88,8 @@ impl RemoteStore {
             client: None,
             timeout: Duration::from_secs(5),
             shutting_down,
+            timeline_seen: read_timeline_seen(),
+            notice: None,
         })
     }
 
@@ -161,6 +169,10 @@ impl LeaseStore for RemoteStore {
         self.timeout = timeout;
     }
 
+    fn take_notice(&mut self) -> Option<String> {
+        self.notice.take()
+    }
+
     /// A store none of whose hosts takes writes is read-only, not unreachable: `cosid.status`
     /// says so.
     fn readiness(&mut self) -> Result<Readiness, String> {
@@ -211,6 +223,21 @@ impl LeaseStore for RemoteStore {
                     .collect()
             })
             .collect()
+    }
+}
+
+/// The latest timeline this server saw its store on, from the data directory (the worker's
+/// working directory); `None` before it saw any.
+fn read_timeline_seen() -> Result<Option<TimelineSeen>, String> {
+    let file = store_timeline::FILE;
+    match std::fs::read_to_string(file) {
+        Ok(text) => store_timeline::from_text(&text).map(Some).map_err(|why| {
+            format!(
+                "the file \"{file}\" in the data directory {why}; it keeps the latest timeline this server saw its lease store on, so that an old primary of the store is never taken for it again: no host of cosid.lease_store is used until it is readable (move it aside only once no old primary of the store can be reached)"
+            )
+        }),
+        Err(why) if why.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(why) => Err(format!("cannot read the file \"{file}\": {why}")),
     }
 }
 
