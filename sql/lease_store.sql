@@ -291,7 +291,8 @@ AS $$ SELECT cosid.store_identity_now() $$;
 -- snapshot) delays nothing. Nothing here locks a row: a caller's open transaction holds only
 -- the rows it inserted, which nobody waits for. The safe guard must be 1 ms to a day.
 -- A start of the store's server is a change too: the server cannot tell a restart from an
--- older copy of its data directory started in its place. Only this server's own cosid workers,
+-- older copy of its data directory started in its place; it settles a safe guard after the
+-- start. Only this server's own cosid workers,
 -- whose earlier processes all ended with the server, do not wait one out, as long as no other
 -- holder ever wrote here (cosid.store_holder_seen()).
 CREATE FUNCTION cosid.store_settles_at(p_safe_guard_ms bigint,
@@ -337,8 +338,12 @@ BEGIN
     v_private := cosid.store_caller_is_local()
                  AND NOT EXISTS (SELECT FROM cosid.store_identity i WHERE i.shared);
     -- When the last change was first seen: the store's identity, or a row written elsewhere.
+    -- A start of the server alone happened when the server started, before every write of
+    -- it: counted from then, also by a caller whose sighting is rolled back (a refused
+    -- cosid.lease_retire() records nothing).
     v_seen := greatest(
-        (SELECT min(i.seen_at) FROM cosid.store_identity i
+        (SELECT min(CASE WHEN i.restart THEN pg_postmaster_start_time() ELSE i.seen_at END)
+           FROM cosid.store_identity i
           WHERE i.identity = store_settles_at.identity AND i.settles
             AND NOT (i.restart AND v_private)),
         (SELECT max(f.first_seen)
@@ -953,18 +958,20 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now     timestamptz;
-    v_settles timestamptz;
-    v_lease   cosid.machine_lease;
-    v_count   integer;
+    v_now      timestamptz;
+    v_settles  timestamptz;
+    v_identity text;
+    v_lease    cosid.machine_lease;
+    v_count    integer;
 BEGIN
     PERFORM FROM cosid.lease_namespace n WHERE n.namespace = p_namespace FOR UPDATE;
-    SELECT s.settles_at INTO v_settles FROM cosid.store_settles_at(1) s;
+    SELECT s.settles_at, s.identity INTO v_settles, v_identity
+      FROM cosid.store_settles_at(1) s;
     v_now := clock_timestamp();
     IF v_settles > v_now THEN
         RAISE EXCEPTION 'the lease store is settling after its identity changed'
             USING ERRCODE = 'object_in_use',
-                  DETAIL = format('This database was first seen as %s at %s (a promotion, a point-in-time recovery or a restore), and may have forgotten leases; it settles at %s.', (SELECT i.identity FROM cosid.store_identity i), (SELECT i.seen_at FROM cosid.store_identity i), v_settles),
+                  DETAIL = format('This database is now %s (after a promotion, a point-in-time recovery, a restore or a start of its server), and may have forgotten leases; it settles at %s.', v_identity, v_settles),
                   HINT = 'Retire it once the store has settled.';
     END IF;
     FOR v_lease IN SELECT * FROM cosid.machine_lease l
@@ -1108,12 +1115,15 @@ GRANT EXECUTE ON FUNCTION cosid.lease_rows() TO pg_monitor;
 -- CREATE EXTENSION runs). Elsewhere every caller counts as another server's, which is the safe
 -- side: a store installed without it has no cosid workers of its own.
 DO $stats$
+DECLARE
+    v_path text := pg_catalog.current_setting('search_path');
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     IF NOT pg_catalog.current_setting('transaction_read_only')::boolean
        AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
         GRANT pg_read_all_stats TO cosid_lease_owner;
     END IF;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
 END
 $stats$;
 

@@ -37,6 +37,7 @@ half the time reaches back to the default generator's last ids.
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -47,9 +48,11 @@ from datetime import datetime, timedelta, timezone
 
 from helpers.clients import copy_ids, run_session
 from helpers.faults import fake_clock, set_clock_offset
+from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, start_store
 from helpers.leases import FAST_LEASES
-from helpers.pgcluster import (Cluster, SqlError, chown_to_postgres, children_of, free_port,
-                               wait_for)
+from helpers.pgcluster import (PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres,
+                               children_of, free_port, wait_for)
+from helpers.replication import HeldBack, start_standby
 
 EPOCH_MS = 1_577_203_200_000
 
@@ -139,8 +142,15 @@ class Sequence:
                        "distributor": self.rng.choice(["lease", "manual"]),
                        "machine_id": self.rng.choice(MACHINE_IDS), "layout": "millisecond",
                        "database": "postgres"}
+        # Half the sequences lease from a shared store with an asynchronous standby, which the
+        # store actions fail over, put back and restore; the others from cosid.database. Those
+        # start with leases, which the store actions are about.
+        self.shared_store = self.rng.random() < 0.5
+        if self.shared_store:
+            self.config["distributor"] = "lease"
         self.first = self.config["distributor"] + (
-            f" {self.config['machine_id']}" if self.config["distributor"] == "manual" else "")
+            f" {self.config['machine_id']}" if self.config["distributor"] == "manual" else "") + (
+            ", shared store" if self.shared_store else "")
         # The named generators each database defines, as far as the sequence knows.
         self.defs = defaultdict(dict)
         self.last_defs = {}
@@ -152,6 +162,15 @@ class Sequence:
         # Copies of cosid.history and cosid.state* taken at each clean stop:
         # (step, settings, {file: bytes}).
         self.snapshots = []
+        # Older states of the shared store: (step, path) of base backups of its primary (of its
+        # current timeline only) and of dumps of its database, and the folders that hold them.
+        self.store_copies = []
+        self.store_dumps = []
+        self.store_folders = []
+        # Dumps of cosid.database taken before each clean stop: (step, database, the named
+        # generators it defined, path).
+        self.lease_dumps = []
+        self.restored = 0
         self.offset = 0.0
         self.step = -1
         self.done = []
@@ -180,20 +199,36 @@ class Sequence:
                     "cosid.machine_bits": machine_bits, "cosid.sequence_bits": sequence_bits}
         if config["distributor"] == "manual":
             settings["cosid.machine_id"] = config["machine_id"]
+        if self.shared_store:
+            ports = ",".join(str(store.port) for store in self.stores)
+            settings["cosid.lease_store"] = (
+                f"'host=127.0.0.1,127.0.0.1 port={ports} dbname=postgres user={FLEET_ROLE} "
+                "connect_timeout=2 target_session_attrs=read-write'")
         return settings
 
     def set_up(self):
+        if self.shared_store:
+            # The store's primary and its asynchronous standby, on two ports that keep their
+            # places: after a failover the old primary is made the new one's standby.
+            primary = start_store(f"fuzz-{self.seed}-store-a", 25170, {})
+            self.stores = [primary, start_standby(primary, f"fuzz-{self.seed}-store-b", 25175)]
         # Durable: a kill -9 must not take back commits (CREATE EXTENSION, a definition).
         self.cluster = Cluster(f"fuzz-{self.seed}"[:40], free_port(25190), self.settings(),
                                durable=True).init()
         self.offset_file = self.cluster.base / "faketime"
         self.cluster.env = fake_clock(self.offset_file, 0)
+        if self.shared_store:
+            self.cluster.env["PGPASSWORD"] = FLEET_PASSWORD
         self.start()
         self.cluster.query("CREATE EXTENSION cosid")
+        if self.shared_store:
+            self.keep_store_copies()
 
     def tear_down(self):
         if hasattr(self, "cluster"):
             self.cluster.stop(mode="immediate", check=False)
+        for store in getattr(self, "stores", []):
+            store.stop(mode="immediate", check=False)
 
     @property
     def db(self):
@@ -224,13 +259,66 @@ class Sequence:
         return lines[-1].split("FATAL:", 1)[1] if lines else "the server did not start"
 
     def stop(self):
-        """A clean stop, then a copy of the data directory's files of cosid."""
+        """A dump of cosid.database (an operator's backup), a clean stop, then a copy of the
+        data directory's files of cosid."""
+        self.dump_lease_database()
         self.cluster.stop()
         files = {}
         for path in sorted(self.cluster.data.glob("cosid.history")) + sorted(
                 self.cluster.data.glob("cosid.state*")):
             files[path.name] = path.read_bytes()
         self.snapshots.append((self.step, dict(self.config), files))
+
+    def dump_lease_database(self):
+        """pg_dump -Fc of cosid.database, kept with the named generators it defines."""
+        path = self.cluster.base / f"lease-db-{len(self.lease_dumps)}.dump"
+        done = subprocess.run(as_postgres([
+            PG_BIN / "pg_dump", "-h", "127.0.0.1", "-p", str(self.cluster.port), "-U",
+            "postgres", "-Fc", "-f", path, self.db]), capture_output=True, text=True)
+        if done.returncode == 0:
+            self.lease_dumps.append((self.step, self.db, dict(self.defs[self.db]), path))
+
+    # -- the shared store ----------------------------------------------------------------------
+
+    def store_command(self, program, *arguments, check=True):
+        store = self.stores[0]
+        return subprocess.run(as_postgres([PG_BIN / program, "-h", "127.0.0.1", "-p",
+                                           str(store.port), "-U", "postgres", *arguments]),
+                              check=check, capture_output=True, text=True)
+
+    def keep_store_copies(self):
+        """A base backup and a dump of the store's primary as it is now, for later actions to
+        put back."""
+        index = len(self.store_copies)
+        backup = self.stores[0].base.parent / f"fuzz-{self.seed}-store-backup-{index}"
+        shutil.rmtree(backup, ignore_errors=True)
+        backup.mkdir(parents=True)
+        chown_to_postgres(backup)
+        self.store_command("pg_basebackup", "-D", backup / "data", "-X", "stream",
+                           "--no-sync")
+        dump = backup / "store.dump"
+        self.store_command("pg_dump", "-Fc", "-f", dump, "postgres")
+        self.store_copies.append((self.step, backup / "data"))
+        self.store_dumps.append((self.step, dump))
+        self.store_folders.append(backup)
+
+    def make_standby_in_place(self):
+        """The store's second cluster made again, on its own port, as a streaming standby of
+        the primary."""
+        primary, standby = self.stores
+        standby.stop(mode="immediate", check=False)
+        shutil.rmtree(standby.data, ignore_errors=True)
+        self.store_command("pg_basebackup", "-D", standby.data, "-X", "stream", "--no-sync")
+        standby.settings["primary_conninfo"] = (
+            f"'host=127.0.0.1 port={primary.port} user=postgres "
+            f"application_name={standby.name}'")
+        standby.write_settings()
+        (standby.data / "standby.signal").touch()
+        chown_to_postgres(standby.data)
+        standby.start()
+        wait_for(lambda: primary.query("SELECT count(*) FROM pg_stat_replication "
+                                       "WHERE state = 'streaming'") != "0", 30,
+                 "the store's standby to stream")
 
     def restart(self, **changes):
         """A clean stop, then a start with `changes`; a start refused puts the settings back."""
@@ -529,6 +617,90 @@ def restore_old_file(seq):
     return f"{name} of step {step}" + (", with the settings of then" if changed else "")
 
 
+def restore_old_lease_database(seq):
+    """An older copy of the lease database put back the way an operator restores one: a dump
+    taken before an earlier clean stop restored into a new database with pg_restore, and
+    cosid.database moved to it (a restart), its named generators those of the dump."""
+    older = [dump for dump in seq.lease_dumps if dump[0] < seq.step]
+    if not older:
+        return "no older dump yet: " + move_database(seq)
+    step, source, defs, path = older[-1] if seq.rng.random() < 0.5 else seq.rng.choice(older)
+    seq.restored += 1
+    target = f"ids_restored_{seq.restored}"
+    seq.sql(f"CREATE DATABASE {target}", "postgres")
+    done = subprocess.run(as_postgres([
+        PG_BIN / "pg_restore", "-h", "127.0.0.1", "-p", str(seq.cluster.port), "-U",
+        "postgres", "-d", target, path]), capture_output=True, text=True)
+    if done.returncode != 0:
+        seq.refusals[reason_of("pg_restore", done.stderr.strip())] += 1
+    seq.defs[target] = dict(defs)
+    said = seq.restart(database=target)
+    if seq.db != target:
+        return f"dump of {source} at step {step} into {target}: {said}"
+    return f"dump of {source} at step {step} into {target}, cosid.database moved there"
+
+
+def store_failover(seq):
+    """An asynchronous failover of the shared store: replication held back, ids generated
+    (renewals and claims reach the primary only), the primary killed (-9) and its standby
+    promoted; the old primary is then made the new one's standby."""
+    if not seq.shared_store:
+        return "no shared store: " + restore_old_lease_database(seq)
+    primary, standby = seq.stores
+    held = HeldBack(primary)
+    try:
+        seq.load(0.5)
+    finally:
+        primary.crash()
+        held.release()
+    standby.query("SELECT pg_promote(true, 60)")
+    wait_for(lambda: standby.query("SELECT pg_is_in_recovery()") == "f", 60,
+             "the store's standby to be promoted")
+    seq.stores = [standby, primary]
+    seq.make_standby_in_place()
+    # Copies of the store from before the promotion are of an older timeline, which the server
+    # refuses for good: only copies of the new primary are put back from now on.
+    seq.store_copies = []
+    seq.keep_store_copies()
+    return f"to {standby.name}"
+
+
+def store_put_back(seq):
+    """A base backup of the store's primary taken earlier started in its place without
+    recovery (on the timeline it had), the standby made again from it."""
+    if not seq.shared_store:
+        return "no shared store: " + restore_old_lease_database(seq)
+    older = [copy for copy in seq.store_copies if copy[0] < seq.step]
+    if not older:
+        seq.keep_store_copies()
+        return "no older copy yet"
+    step, backup = older[-1] if seq.rng.random() < 0.5 else seq.rng.choice(older)
+    primary = seq.stores[0]
+    primary.crash()
+    shutil.rmtree(primary.data)
+    subprocess.run(["cp", "-a", str(backup), str(primary.data)], check=True)
+    primary.start()
+    seq.make_standby_in_place()
+    return f"the base backup of step {step}"
+
+
+def store_restore_dump(seq):
+    """An older dump of the store's database restored over it with pg_restore --clean
+    --if-exists while the store runs."""
+    if not seq.shared_store:
+        return "no shared store: " + restore_old_lease_database(seq)
+    older = [copy for copy in seq.store_dumps if copy[0] < seq.step]
+    if not older:
+        seq.keep_store_copies()
+        return "no older dump yet"
+    step, dump = older[-1] if seq.rng.random() < 0.5 else seq.rng.choice(older)
+    done = seq.store_command("pg_restore", "-d", "postgres", "--clean", "--if-exists", dump,
+                             check=False)
+    if done.returncode != 0:
+        seq.refusals[reason_of("pg_restore", done.stderr.strip())] += 1
+    return f"the dump of step {step}"
+
+
 def clock_step(seq):
     seq.offset = max(-3.0, min(3.0, seq.offset + seq.rng.choice([-2, -1, -0.3, 0.3, 1, 2])))
     set_clock_offset(seq.offset_file, seq.offset)
@@ -616,7 +788,8 @@ ACTIONS = {function.__name__: function for function in [
     restart_namespace, restart_into_named_namespace, restart_epoch, restart_as_before,
     restart_distributor,
     restart_machine_id, restart_layout, move_database, create_generator, drop_generator,
-    redefine_generator, create_in_default_namespace, restore_old_file, clock_step,
+    redefine_generator, create_in_default_namespace, restore_old_file,
+    restore_old_lease_database, store_failover, store_put_back, store_restore_dump, clock_step,
     clock_excursion, kill_backend, kill_postmaster, kill_worker]}
 CI_ACTIONS = sorted(set(ACTIONS) - set().union(*UNFIXED_FINDINGS.values()))
 
@@ -683,6 +856,10 @@ class OperatorFuzz(unittest.TestCase):
                 # A long run makes a server per seed: only a failed seed's is kept, for its log
                 # (run.py keeps every one of a failed test).
                 seq.cluster.remove()
+                for store in getattr(seq, "stores", []):
+                    store.remove()
+                for folder in seq.store_folders:
+                    shutil.rmtree(folder, ignore_errors=True)
             if dups or seq.errors:
                 failures.append(
                     f"seed {seed}: {dups} duplicates {dict(seq.duplicates)}\n"

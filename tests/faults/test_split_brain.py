@@ -12,7 +12,6 @@ one machine id. The scenario adds a row to the fault tier's table (helpers/failo
 
 import os
 import signal
-import time
 import unittest
 
 from helpers.failover import (LONG_SAFE_GUARD_S, LONG_TIMINGS, STOPPED, FailoverScenario,
