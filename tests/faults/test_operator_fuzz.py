@@ -7,9 +7,15 @@ another `cosid.namespace`, epoch (seconds forward or back), distributor, fixed m
 (time unit and widths); `cosid.database` moved as the docs say (another database, a restart,
 `CREATE EXTENSION` there, the named generators created there again); named generators created,
 dropped and defined again (layout, namespace, epoch), also in a namespace the default generator
-used before; an older copy of `cosid.history` or of a `cosid.state*` file put back; clock steps
-and a short clock excursion ahead; `kill -9` of a generating backend, of the postmaster alone and
-of a cosid background worker. After each action, every generator of `cosid.database` (the
+used before; an older copy of `cosid.history` or of a `cosid.state*` file put back; an older
+dump of `cosid.database` restored into a new database and `cosid.database` moved there; clock
+steps and a short clock excursion ahead; `kill -9` of a generating backend, of the postmaster
+alone and of a cosid background worker. Half the sequences lease from a shared store (a primary
+and an asynchronous standby, on two ports the server lists) instead of `cosid.database`, and add
+the store's ways of going back: a failover with replication held back (the old primary then made
+the new one's standby), an older base backup of the primary started in its place without
+recovery, and an older dump restored over it with `pg_restore --clean`; in the other sequences
+these actions restore an older dump of `cosid.database` instead. After each action, every generator of `cosid.database` (the
 default one and each named one) generates for LOAD_S, in batches BATCH_S apart, and every id is
 kept with its generator's name, namespace and definition.
 
