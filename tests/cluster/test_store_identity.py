@@ -43,6 +43,16 @@ def claim(store, instance, knows_settling=True):
         f"'{LAYOUT}', {str(knows_settling).lower()})")[0]
 
 
+def claim_once_settled(store, instance):
+    """The answers to a claim by `instance`, tried again every 0.2 s while the store answers
+    `settling` (at most 50 times): the last one is the store's answer once it settled."""
+    answers = [claim(store, instance)]
+    while answers[-1][0] == "settling" and len(answers) < 50:
+        time.sleep(0.2)
+        answers.append(claim(store, instance))
+    return answers
+
+
 def renew(store, instance, machine_id, live):
     return store.query(
         f"SELECT count(*) FROM cosid.lease_renew('n', {machine_id}, '{instance}', "
@@ -63,10 +73,7 @@ class StoreIdentity(ClusterTest):
         time.sleep((int(settles_at_ms) - now_ms()) / 1000 + 0.2)
         # Then until the claimer's clock passes the end of the settling plus the clock lead the
         # store allows (1 s by default).
-        answers = [claim(store, "newcomer")]
-        while answers[-1][0] == "settling" and len(answers) < 30:
-            time.sleep(0.2)
-            answers.append(claim(store, "newcomer"))
+        answers = claim_once_settled(store, "newcomer")
         outcome, taken, floor_ms, _ = answers[-1]
         self.assertIn(outcome, ("new", "expired"), answers)
         self.assertNotEqual(taken, machine_id)
@@ -120,10 +127,7 @@ class StoreIdentity(ClusterTest):
         self.assertEqual(renew(store, "holder", 0, live=True), "1")
         restarts = store.rows("SELECT restart, shared FROM cosid.store_identity WHERE settles")
         self.assertEqual(restarts, [["t", "f"]])
-        answers = [claim(store, "newcomer")]
-        while answers[-1][0] == "settling" and len(answers) < 50:
-            time.sleep(0.2)
-            answers.append(claim(store, "newcomer"))
+        answers = claim_once_settled(store, "newcomer")
         outcome, taken, floor_ms, _ = answers[-1]
         self.assertEqual([outcome, taken], ["new", "1"], answers)
         self.assertGreaterEqual(int(floor_ms), int(settles_at_ms) + 1000)

@@ -746,7 +746,13 @@ def kill_backend(seq):
         wait_for(running, 10, "the victim backend")
         pids = cluster.backend_pids("%AS victim%")
         if pids:
-            os.kill(pids[0], signal.SIGKILL)
+            try:
+                os.kill(pids[0], signal.SIGKILL)
+            except ProcessLookupError:
+                # It ended between the query and the kill (its cosid_next() refused): the
+                # sleeping victim is next.
+                victim.wait(timeout=30)
+                continue
             victim.wait(timeout=30)
             cluster.wait_reinitialised(log_before)
             return f"while {'generating' if sql is victims[0] else 'sleeping'}, {call}"
