@@ -18,6 +18,19 @@ pub fn read() -> Result<NamesRecord, String> {
         Ok(content) => Some(NamesRecord::parse(&content).map_err(|why| {
             format!("the names file \"{}\" {why}", local_state::path(NAMES_FILE))
         })?),
+        // pg_upgrade copies no file of ours: in the data directory it made, a missing record is
+        // the old server's, not a first start, until the mark is deleted.
+        Err(why)
+            if why.kind() == std::io::ErrorKind::NotFound
+                && local_state::missing_after_upgrade(NAMES_FILE) =>
+        {
+            return Err(format!(
+                "the names file \"{}\" is missing, and \"{}\" says that pg_upgrade made this \
+                 data directory: the record is in the old one's",
+                local_state::path(NAMES_FILE),
+                local_state::UPGRADE_MARKER
+            ))
+        }
         Err(why) if why.kind() == std::io::ErrorKind::NotFound => None,
         Err(why) => {
             return Err(format!(

@@ -210,11 +210,21 @@ pub(super) fn names_file_error(detail: &str) -> CosidError {
             "{}. The file keeps every name a named generator of this server had with its namespace, and every namespace with its layout and last id, so that no generator issues their ids again; without it none that depends on it runs.",
             detail.trim_end_matches('.')
         ))
-        .hint(format!(
-            "Make the file {names} in the data directory readable and writable by the server (free disk space, permissions), or copy it from the data directory pg_upgrade upgraded from, and restart the server. Never put back an older copy of it, and never delete it or {generation}: the names and namespaces it would forget could repeat their ids (an older copy is refused). If the last one is lost, see \"What a server remembers of the ids it issued\" in the documentation on leases.",
-            names = crate::local_state::NAMES_FILE,
-            generation = crate::history::GENERATION_FILE
-        ))
+        .hint(if crate::local_state::missing_after_upgrade(crate::local_state::NAMES_FILE) {
+            format!(
+                "Copy {names} and {generation} from the data directory pg_upgrade upgraded from into this one, with {history} and the state files, and restart the server; then delete {marker}. If the old directory has no {names} (no named generator ever ran there), delete {marker} once the other files are in place, and restart the server.",
+                names = crate::local_state::NAMES_FILE,
+                generation = crate::history::GENERATION_FILE,
+                history = crate::history::HISTORY_FILE,
+                marker = crate::local_state::UPGRADE_MARKER
+            )
+        } else {
+            format!(
+                "Make the file {names} in the data directory readable and writable by the server (free disk space, permissions), and restart the server. Never put back an older copy of it, and never delete it or {generation}: the names and namespaces it would forget could repeat their ids (an older copy is refused). If the last one is lost, see \"What a server remembers of the ids it issued\" in the documentation on leases.",
+                names = crate::local_state::NAMES_FILE,
+                generation = crate::history::GENERATION_FILE
+            )
+        })
 }
 
 pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {

@@ -23,8 +23,10 @@ AHEAD_S = 5.0
 FIXED = {"cosid.distributor": "manual", "cosid.machine_id": 5}
 IDS_PER_GENERATOR = 3000
 STATE_FILES = ("cosid.state", "cosid.state." + b"orders".hex())
-# The default generator's history, which pg_upgrade does not copy either.
+# The default generator's history, which pg_upgrade does not copy either, nor the record of the
+# named generators' names and the number of the last writes of both.
 HISTORY_FILE = "cosid.history"
+RECORD_FILES = ("cosid.names", "cosid.generation")
 
 
 def pg_config(version, what):
@@ -163,8 +165,23 @@ class PgUpgrade(ClusterTest):
         self.assertIn("cosid cannot use the default generator's history file", said)
         self.assertIn("Copy cosid.history from the data directory", said)
         new.stop()
+        # The history copied too, the record of the names forgotten: while the mark is there, a
+        # missing cosid.names is the old server's, and nothing that depends on it runs.
+        shutil.copy2(old.data / HISTORY_FILE, new.data / HISTORY_FILE)
+        chown_to_postgres(new.data)
+        new.start()
+        with self.assertRaises(SqlError) as refused:
+            new.query("SELECT cosid_next()")
+        said = refused.exception.stderr
+        self.assertEqual(refused.exception.sqlstate, "55000", said)
+        self.assertIn("cosid cannot use the server's record of its generators' names", said)
+        self.assertIn("Copy cosid.names and cosid.generation from the data directory", said)
+        with self.assertRaises(SqlError) as refused:
+            new.query("SELECT cosid_create_generator('later')")
+        self.assertEqual(refused.exception.sqlstate, "55000", refused.exception.stderr)
+        new.stop()
         # The documented step: copy the files, delete the mark.
-        for file in (*STATE_FILES, HISTORY_FILE):
+        for file in (*STATE_FILES, HISTORY_FILE, *RECORD_FILES):
             shutil.copy2(old.data / file, new.data / file)
         (new.data / "cosid.upgraded").unlink()
         chown_to_postgres(new.data)

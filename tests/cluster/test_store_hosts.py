@@ -8,7 +8,7 @@ import time
 
 from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, start_store
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, status, wait_up
-from helpers.pgcluster import ClusterTest, query_as, wait_for
+from helpers.pgcluster import ClusterTest, chown_to_postgres, query_as, wait_for
 
 LEASE_WORKER = "application_name = 'cosid lease worker'"
 from helpers.replication import start_standby
@@ -108,3 +108,40 @@ class StoreRoleSettings(ClusterTest):
         self.assertEqual(status(server)["state"], "UP")
         self.assertFalse(status(server)["last_error"])
         self.assertIsNotNone(server.query("SELECT cosid_next()"))
+
+
+class UpgradedDataDirectory(ClusterTest):
+    def test_a_missing_store_timeline_after_pg_upgrade_uses_no_host(self):
+        # What pg_upgrade leaves: the mark in the new data directory, and none of our files. The
+        # latest timeline the server saw its store on is the old server's to give; until it is
+        # copied, the store could be an old primary for all the server knows.
+        store = self.track(start_store("upgraded-store", 25840))
+        server = self.track(fleet_server("upgraded-server", 25845, store.port, FAST_LEASES))
+        server.start()
+        server.query("CREATE EXTENSION cosid")
+        # A named generator, so that the server has a cosid.names to keep (copied, as if).
+        server.query("SELECT cosid_create_generator('orders')")
+        wait_for(lambda: server.query("SELECT state FROM cosid.status WHERE name = 'orders'")
+                 == "UP", 20, "the named generator to lease a machine id")
+        wait_up(server, timeout=20)
+        server.stop()
+        self.assertTrue((server.data / "cosid.names").exists())
+        timeline = server.data / "cosid.store_timeline"
+        seen = timeline.read_bytes()
+        timeline.unlink()
+        (server.data / "cosid.upgraded").write_text("pg_upgrade made this data directory\n")
+        chown_to_postgres(server.data)
+        server.start()
+        missing = ('"cosid.store_timeline" is missing, and "cosid.upgraded" says that pg_upgrade '
+                   "made this data directory")
+        wait_for(lambda: missing in (status(server)["last_error"] or ""), 20,
+                 f"cosid.status to say the file is missing:\n{server.log()[-1500:]}")
+        self.assertNotEqual(status(server)["state"], "UP")
+        self.assertFalse(timeline.exists(), "the server wrote a timeline it did not know")
+        # The documented step: the file copied from the old data directory, the mark deleted.
+        server.stop()
+        timeline.write_bytes(seen)
+        (server.data / "cosid.upgraded").unlink()
+        chown_to_postgres(server.data)
+        server.start()
+        wait_up(server, timeout=20)

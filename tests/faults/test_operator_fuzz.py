@@ -54,8 +54,8 @@ from datetime import datetime, timedelta, timezone
 
 from helpers.clients import copy_ids, run_session
 from helpers.faults import fake_clock, set_clock_offset
-from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, start_store
-from helpers.leases import FAST_LEASES
+from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, set_max_clock_lead, start_store
+from helpers.leases import FAST_LEASES, SAFE_GUARD_S
 from helpers.pgcluster import (PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres,
                                children_of, free_port, wait_for)
 from helpers.replication import HeldBack, start_standby
@@ -98,6 +98,10 @@ DEFAULT_LAYOUTS = {
     "second": ("second", 31, 10, 22),
 }
 NAMED_LAYOUTS = ["millisecond", "second", "safe_js"]
+# How far ahead of the shared store's clock its holders may run (the store's max_clock_lead),
+# and how far ahead forgotten_fast_holder's second server runs, within it.
+MAX_CLOCK_LEAD = "4 s"
+FAST_HOLDER_AHEAD_S = [1.5, 3.0]
 
 Definition = namedtuple("Definition", "layout namespace epoch_s")
 
@@ -173,6 +177,8 @@ class Sequence:
         self.store_copies = []
         self.store_dumps = []
         self.store_folders = []
+        # Servers other than the sequence's own, started by an action (forgotten_fast_holder).
+        self.other_servers = []
         # Dumps of cosid.database taken before each clean stop: (step, database, the named
         # generators it defined, path).
         self.lease_dumps = []
@@ -193,8 +199,10 @@ class Sequence:
 
     # -- the server ----------------------------------------------------------------------------
 
-    def settings(self):
-        config = self.config
+    def settings(self, config=None, store_ports=None):
+        """The settings of the sequence's server (of `config`, the server's by default), leasing
+        from the shared store's hosts (`store_ports`, every host by default)."""
+        config = config or self.config
         unit, timestamp_bits, machine_bits, sequence_bits = DEFAULT_LAYOUTS[config["layout"]]
         settings = {**FAST_LEASES,
                     "cosid.namespace": f"'{config['namespace']}'",
@@ -205,11 +213,14 @@ class Sequence:
                     "cosid.machine_bits": machine_bits, "cosid.sequence_bits": sequence_bits}
         if config["distributor"] == "manual":
             settings["cosid.machine_id"] = config["machine_id"]
+        if "instance" in config:
+            settings["cosid.instance_id"] = f"'{config['instance']}'"
         if self.shared_store:
-            ports = ",".join(str(store.port) for store in self.stores)
+            ports = store_ports or [store.port for store in self.stores]
+            hosts = ",".join("127.0.0.1" for _ in ports)
             settings["cosid.lease_store"] = (
-                f"'host=127.0.0.1,127.0.0.1 port={ports} dbname=postgres user={FLEET_ROLE} "
-                "connect_timeout=2 target_session_attrs=read-write'")
+                f"'host={hosts} port={','.join(map(str, ports))} dbname=postgres "
+                f"user={FLEET_ROLE} connect_timeout=2 target_session_attrs=read-write'")
         return settings
 
     def set_up(self):
@@ -217,6 +228,7 @@ class Sequence:
             # The store's primary and its asynchronous standby, on two ports that keep their
             # places: after a failover the old primary is made the new one's standby.
             primary = start_store(f"fuzz-{self.seed}-store-a", 25170, {})
+            set_max_clock_lead(primary, MAX_CLOCK_LEAD)
             self.stores = [primary, start_standby(primary, f"fuzz-{self.seed}-store-b", 25175)]
         # Durable: a kill -9 must not take back commits (CREATE EXTENSION, a definition).
         self.cluster = Cluster(f"fuzz-{self.seed}"[:40], free_port(25190), self.settings(),
@@ -233,6 +245,8 @@ class Sequence:
     def tear_down(self):
         if hasattr(self, "cluster"):
             self.cluster.stop(mode="immediate", check=False)
+        for holder in self.other_servers:
+            holder.stop(mode="immediate", check=False)
         for store in getattr(self, "stores", []):
             store.stop(mode="immediate", check=False)
 
@@ -369,7 +383,7 @@ class Sequence:
 
     # -- ids and the oracle --------------------------------------------------------------------
 
-    def generate(self, generator, seconds):
+    def generate(self, generator, seconds, cluster=None, definition=None):
         """Ids of the default generator (None) or of a named one for `seconds`, in small batches
         with short pauses, so that they cover the time rather than a millisecond or two; a
         refused session is counted and the next one started. Every id received is recorded,
@@ -377,31 +391,38 @@ class Sequence:
         deadline = time.monotonic() + seconds
         batch = [copy_ids(self.batch, generator), f"SELECT pg_sleep({BATCH_S})"]
         while time.monotonic() < deadline:
-            session = run_session(self.cluster, 0, batch * 5, self.db)
+            session = run_session(cluster or self.cluster, 0, batch * 5,
+                                  "postgres" if cluster else self.db)
             with self.lock:
-                self.record(generator, session.ids)
+                self.record(generator, session.ids, definition)
                 if session.error:
                     sqlstate, message = error_of(session.error)
                     self.outcome(sqlstate, message, f"cosid_next({generator or ''})")
             if session.error:
                 time.sleep(0.1)
 
-    def load(self, seconds=None):
-        """Every generator of cosid.database at once, for `seconds` (LOAD_S)."""
+    def load(self, seconds=None, other=None):
+        """Every generator of cosid.database at once, for `seconds` (LOAD_S); with `other`, a
+        (server, definition) pair, that server's default generator too."""
         self.default_loads[self.config["namespace"]] = time.time()
         threads = [threading.Thread(target=self.generate, args=(generator, seconds or LOAD_S))
                    for generator in [None] + sorted(self.defs[self.db])]
+        if other:
+            threads.append(threading.Thread(target=self.generate,
+                                            args=(None, seconds or LOAD_S, *other)))
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
 
-    def record(self, generator, ids):
+    def record(self, generator, ids, definition=None):
+        """Keeps `ids` of `generator` (None: the default one; `definition` says of which server
+        when it is not the sequence's own) and counts those seen before."""
         if not ids:
             return
         if generator is None:
             name, namespace = "default", self.config["namespace"]
-            definition = (f"default: {self.config['layout']} in {namespace}, epoch "
+            definition = definition or (f"default: {self.config['layout']} in {namespace}, epoch "
                           f"{self.config['epoch_s']:+d} s, {self.config['distributor']}"
                           + (f" {self.config['machine_id']}"
                              if self.config["distributor"] == "manual" else ""))
@@ -707,6 +728,87 @@ def store_restore_dump(seq):
     return f"the dump of step {step}"
 
 
+def store_failback(seq):
+    """Failback: the store's primary crashes and its standby is promoted, ids are generated on the
+    new primary, then the new primary stops and the old one is started again as it was, on its
+    old timeline; the server restarted meanwhile. The old primary is then made the standby of the
+    new one, which comes back."""
+    if not seq.shared_store:
+        return "no shared store: " + restore_old_lease_database(seq)
+    old, new = seq.stores
+    old.crash()
+    new.query("SELECT pg_promote(true, 60)")
+    wait_for(lambda: new.query("SELECT pg_is_in_recovery()") == "f", 60,
+             "the store's standby to be promoted")
+    seq.load()
+    new.crash()
+    old.start()
+    # The server must now refuse the old primary (a timeline it saw superseded): generation stops
+    # at its lease's deadline, and a restart claims nothing there.
+    said = seq.restart()
+    seq.load()
+    old.crash()
+    new.start()
+    seq.stores = [new, old]
+    seq.make_standby_in_place()
+    seq.store_copies = []
+    seq.keep_store_copies()
+    return f"back to {old.name} while {new.name} was down, restart: {said}"
+
+
+def forgotten_fast_holder(seq):
+    """A holder whose clock runs ahead is forgotten: a second server of the same namespace and
+    layout, its clock 1.5 or 3 s ahead (within the store's max_clock_lead) and the store's
+    primary its only host, claims a machine id and generates while replication is held back;
+    the primary crashes and its standby is promoted, so its claim is lost, and it generates on
+    until its lease's deadline. Meanwhile the sequence's server crashes and comes back as a new
+    instance (cosid.instance_id), which takes the lowest machine id the promoted store has no
+    row for: often the forgotten holder's."""
+    if not seq.shared_store:
+        return "no shared store: " + restore_old_lease_database(seq)
+    if seq.config["distributor"] != "lease":
+        return "fixed machine id: " + store_failover(seq)
+    ahead = seq.rng.choice(FAST_HOLDER_AHEAD_S)
+    primary, standby = seq.stores
+    index = len(seq.other_servers)
+    config = {**seq.config, "database": "postgres"}
+    config.pop("instance", None)
+    holder = Cluster(f"fuzz-{seq.seed}-holder-{index}", free_port(25200),
+                     seq.settings(config, store_ports=[primary.port]), durable=True).init()
+    seq.other_servers.append(holder)
+    holder.env = {**fake_clock(holder.base / "faketime", ahead), "PGPASSWORD": FLEET_PASSWORD}
+    # Held back before the holder starts: its lease worker claims at once.
+    held = HeldBack(primary)
+    try:
+        holder.start()
+        holder.query("CREATE EXTENSION cosid")
+        wait_for(lambda: holder.query("SELECT state FROM cosid.status WHERE name = 'default'")
+                 == "UP", 30, f"{holder.name} to lease a machine id")
+        machine = holder.query("SELECT machine_id FROM cosid.status WHERE name = 'default'")
+        definition = (f"default of the forgotten holder {index} ({ahead:+.1f} s, machine id "
+                      f"{machine}): {seq.config['layout']} in {seq.config['namespace']}")
+        seq.load(0.5, other=(holder, definition))
+    finally:
+        primary.crash()
+        held.release()
+    standby.query("SELECT pg_promote(true, 60)")
+    wait_for(lambda: standby.query("SELECT pg_is_in_recovery()") == "f", 60,
+             "the store's standby to be promoted")
+    seq.stores = [standby, primary]
+    seq.cluster.crash()
+    seq.config["instance"] = f"fuzz-instance-{index}"
+    if not seq.start():
+        raise Failure("did not start again as a new instance")
+    # The forgotten holder generates until its deadline, the server once the store settled.
+    seq.load(3 * SAFE_GUARD_S, other=(holder, definition))
+    holder.stop(mode="immediate", check=False)
+    taken = seq.cluster.query("SELECT machine_id FROM cosid.status WHERE name = 'default'")
+    seq.make_standby_in_place()
+    seq.store_copies = []
+    seq.keep_store_copies()
+    return f"{ahead:+.1f} s on machine id {machine}; the server took {taken or 'none'}"
+
+
 def clock_step(seq):
     seq.offset = max(-3.0, min(3.0, seq.offset + seq.rng.choice([-2, -1, -0.3, 0.3, 1, 2])))
     set_clock_offset(seq.offset_file, seq.offset)
@@ -801,8 +903,9 @@ ACTIONS = {function.__name__: function for function in [
     restart_distributor,
     restart_machine_id, restart_layout, move_database, create_generator, drop_generator,
     redefine_generator, create_in_default_namespace, restore_old_file,
-    restore_old_lease_database, store_failover, store_put_back, store_restore_dump, clock_step,
-    clock_excursion, kill_backend, kill_postmaster, kill_worker]}
+    restore_old_lease_database, store_failover, store_put_back, store_restore_dump,
+    store_failback, forgotten_fast_holder, clock_step, clock_excursion, kill_backend,
+    kill_postmaster, kill_worker]}
 CI_ACTIONS = sorted(set(ACTIONS) - set().union(*UNFIXED_FINDINGS.values()))
 
 
@@ -868,8 +971,8 @@ class OperatorFuzz(unittest.TestCase):
                 # A long run makes a server per seed: only a failed seed's is kept, for its log
                 # (run.py keeps every one of a failed test).
                 seq.cluster.remove()
-                for store in getattr(seq, "stores", []):
-                    store.remove()
+                for server in getattr(seq, "stores", []) + seq.other_servers:
+                    server.remove()
                 for folder in seq.store_folders:
                     shutil.rmtree(folder, ignore_errors=True)
             if dups or seq.errors:

@@ -236,6 +236,17 @@ fn read_timeline_seen() -> Result<Option<TimelineSeen>, String> {
                 "the file \"{file}\" in the data directory {why}; it keeps the latest timeline this server saw its lease store on, so that an old primary of the store is never taken for it again: no host of cosid.lease_store is used until it is readable (move it aside only once no old primary of the store can be reached)"
             )
         }),
+        // pg_upgrade copies no file of ours: in the data directory it made, a missing file is
+        // the old server's knowledge, not a first start, until the mark is deleted.
+        Err(why)
+            if why.kind() == std::io::ErrorKind::NotFound
+                && crate::local_state::missing_after_upgrade(file) =>
+        {
+            Err(format!(
+                "the file \"{file}\" is missing, and \"{marker}\" says that pg_upgrade made this data directory: the latest timeline the old server saw its lease store on is in the old one's; no host of cosid.lease_store is used until it is copied from there (or, if the old server never leased from this store, until \"{marker}\" is deleted)",
+                marker = crate::local_state::UPGRADE_MARKER
+            ))
+        }
         Err(why) if why.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(why) => Err(format!("cannot read the file \"{file}\": {why}")),
     }
