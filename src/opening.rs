@@ -18,6 +18,7 @@ use crate::history::{self, Opening};
 use crate::local_state;
 use crate::settings::{MachineSource, ServerSettings};
 use crate::shmem::GeneratorSlot;
+use cosid_core::layout::TimeRangeError;
 use cosid_core::lease::{LeaseProblem, LeaseState};
 
 /// Opens the default generator in a fresh segment, in the postmaster's startup hook: above the
@@ -33,35 +34,37 @@ pub fn open_default(slot: &GeneratorSlot, settings: &ServerSettings) {
             }
             _ => None,
         };
-        match history::open_default(&settings.namespace, &layout, leases_in) {
-            Opening::Generate(floor_ms) => {
-                if let Some(ticks) = floor_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok()) {
-                    slot.state.set_history_floor(ticks);
+        // A namespace a named generator of this server used keeps its layout and its last id.
+        // Checked before the history records the definition: a definition refused here issues
+        // nothing, and recorded it would be a change the next start has to wait out.
+        let names_floor_ms = match crate::names::read() {
+            Ok(record) => match record.namespaces.get(&settings.namespace) {
+                Some(used) if used.layout != cosid_core::protocol::layout_text(&layout) => {
+                    let why = format!(
+                        "the default generator's namespace \"{}\" was used by a named generator of this server with another layout ({}), as cosid.names records: ids of two layouts in one namespace can coincide",
+                        settings.namespace, used.layout
+                    );
+                    return never_open(slot, LeaseProblem::History, &why);
                 }
-            }
+                Some(used) => used.last_ms,
+                None => None,
+            },
+            Err(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
+        };
+        let history_floor_ms = match history::open_default(&settings.namespace, &layout, leases_in)
+        {
+            Opening::Generate(floor_ms) => floor_ms,
             Opening::Refuse(why) => return never_open(slot, LeaseProblem::History, &why),
             Opening::Unusable(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
-        }
-        // A namespace a named generator of this server used keeps its layout and its last id.
-        match crate::names::read() {
-            Ok(record) => {
-                let layout_text = cosid_core::protocol::layout_text(&layout);
-                if let Some(used) = record.namespaces.get(&settings.namespace) {
-                    if used.layout != layout_text {
-                        let why = format!(
-                            "the default generator's namespace \"{}\" was used by a named generator of this server with another layout ({}), as cosid.names records: ids of two layouts in one namespace can coincide",
-                            settings.namespace, used.layout
-                        );
-                        return never_open(slot, LeaseProblem::History, &why);
-                    }
-                    if let Some(ticks) =
-                        used.last_ms.and_then(|ms| layout.unix_ms_to_ticks(ms).ok())
-                    {
-                        slot.state.set_history_floor(ticks);
-                    }
-                }
+        };
+        for floor_ms in [history_floor_ms, names_floor_ms].into_iter().flatten() {
+            // A floor past the layout's last tick leaves no id to issue; one before its epoch
+            // is below every id.
+            match layout.unix_ms_to_ticks(floor_ms) {
+                Ok(ticks) => slot.state.set_history_floor(ticks),
+                Err(TimeRangeError::AfterMaximum) => slot.state.set_history_floor(u64::MAX),
+                Err(TimeRangeError::BeforeEpoch) => {}
             }
-            Err(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
         }
     }
     match &settings.machine {

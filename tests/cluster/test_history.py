@@ -9,6 +9,7 @@ import json
 import time
 
 from helpers.clients import LoopingClients, duplicates
+from helpers.faults import fake_clock, set_clock_offset
 from helpers.leases import FAST_LEASES, lease_cluster, try_next, ts_ms_of, wait_up
 from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_for
 
@@ -256,6 +257,56 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.query("SELECT cosid_create_generator('fresh', namespace => 'fresh')")
         self.assertIsNotNone(
             wait_for(lambda: try_next(cluster, "SELECT cosid_next('fresh')")[0], 30, "fresh"))
+
+    def test_the_default_generator_in_a_namespace_a_named_generator_used(self):
+        # The default generator opens in a namespace a named generator of this server used only
+        # with that namespace's layout, and then above its last id: machine id 7 of 'shop' was
+        # the named generator's, with the clock 5 s ahead, and neither the history (which knows
+        # only the default generator's namespaces) nor the state file (the server's, of another
+        # namespace) holds that floor; cosid.names does.
+        fixed = {"cosid.distributor": "'manual'", "cosid.machine_id": "7"}
+        cluster = self.track(Cluster("history-default-named", free_port(25187),
+                                     {**fixed, "cosid.namespace": "'orders'"}).init())
+        offset_file = cluster.base / "faketime"
+        cluster.env = fake_clock(offset_file, 5)
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("SELECT cosid_create_generator('clicks', namespace => 'shop')")
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('clicks')")[0], 30, "clicks")
+        clicks_ids = []
+        started = time.monotonic()
+        while time.monotonic() - started < 2:
+            clicks_ids += [int(v) for v in cluster.query(
+                "SELECT cosid_next('clicks') FROM generate_series(1, 2000)").split()]
+        cluster.stop()
+        set_clock_offset(offset_file, 0)
+        # Another layout in that namespace: refused for as long as the server runs so.
+        cluster.settings = {**fixed, "cosid.namespace": "'shop'", "cosid.time_unit": "'second'",
+                            "cosid.timestamp_bits": "31", "cosid.sequence_bits": "22"}
+        cluster.write_settings()
+        cluster.start()
+        with self.assertRaises(SqlError) as refused:
+            cluster.query("SELECT cosid_next()")
+        said = refused.exception.stderr
+        self.assertEqual(refused.exception.sqlstate, "55000", said)
+        self.assertIn('namespace "shop" was used by a named generator of this server with '
+                      'another layout', said)
+        cluster.stop()
+        # Its layout: the default generator waits until its ids are above the named one's.
+        cluster.settings = {**fixed, "cosid.namespace": "'shop'"}
+        cluster.write_settings()
+        cluster.start()
+        with self.assertRaises(SqlError, msg="an id below the named generator's last one "
+                               "was issued") as waiting:
+            cluster.query("SELECT cosid_next()")
+        self.assertEqual(waiting.exception.sqlstate, "55P03", waiting.exception.stderr)
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next()")[0], 30,
+                 "the default generator past the named generator's last id")
+        default_ids = [int(v) for v in cluster.query(
+            "SELECT cosid_next() FROM generate_series(1, 20000)").split()]
+        self.assertGreater(min(default_ids), max(clicks_ids))
+        repeated = len(set(default_ids) & set(clicks_ids))
+        self.assertEqual(repeated, 0, f"{repeated} of {len(default_ids)} ids issued again")
 
     def test_a_name_created_again_after_cosid_database_moved_keeps_its_layout(self):
         # The finding: cosid_next('orders'), then cosid.database pointed to a new database (as
