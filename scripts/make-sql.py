@@ -17,9 +17,12 @@ functions that lease_store.sql defines too) are put in here. A directive is a li
     --@-- TEXT          a comment of the source only, not made into the script
 
 A from or until line must occur once in FILE, and a replaced line in the piece, so that an edit
-of FILE that moves a piece fails here instead of making another script. The update scripts of
-released versions must never change (a database updated by them has their catalog): each made
-one is checked against the SHA-256 it had when its version was released.
+of FILE that moves a piece fails here instead of making another script. Only the update to the
+unreleased version is made so. The update scripts of released versions must never change (a
+database updated by them has their catalog): each is a plain file, frozen as it was released,
+with no directive (so that no edit of a shared piece can reach it), and checked against the
+SHA-256 it had then. When a version is released, its made scripts replace their sources and
+their hashes join RELEASED.
 """
 
 import hashlib
@@ -139,12 +142,11 @@ def make(out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
     names = []
     for source in sorted(UPDATES.glob("*.sql")):
-        text = "".join(made_lines(source))
         expected = RELEASED.get(source.name)
-        if expected is not None and hashlib.sha256(text.encode()).hexdigest() != expected:
-            raise SourceError(f"{source.relative_to(ROOT)} makes another {source.name} than "
-                              "the one released: a released update script must not change (put "
-                              "the released text of a changed piece into the source instead)")
+        if expected is None:
+            text = "".join(made_lines(source))
+        else:
+            text = released_text(source, expected)
         write(out_dir / source.name, text)
         names.append(source.name)
     for path in COPIED:
@@ -155,6 +157,19 @@ def make(out_dir):
         if stale.name not in names:
             stale.unlink()
     return names
+
+
+def released_text(source, expected):
+    """The text of a released update script, which is copied as it is."""
+    text = source.read_text()
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("--@"):
+            raise SourceError(f"{source.relative_to(ROOT)}:{number}: a directive in a released "
+                              "update script, which is a plain file frozen as it was released")
+    if hashlib.sha256(text.encode()).hexdigest() != expected:
+        raise SourceError(f"{source.relative_to(ROOT)} is not the {source.name} that was "
+                          "released: a released update script must not change")
+    return text
 
 
 def write(path, text):

@@ -9,7 +9,95 @@
 
 -- <lease store>: the statements of lease_store--0.3.0--0.4.0.sql, word for word (an update
 -- script cannot include a file; a test compares the two).
---@include updates/lease_store--0.3.0--0.4.0.sql
+-- Updates a cosid lease store from version 0.3.0 to 0.4.0, while it is in use. For a shared
+-- store of a fleet run it with
+--   psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.3.0--0.4.0.sql
+-- ALTER EXTENSION cosid UPDATE runs the same statements for the store inside the extension.
+--
+-- What changes: members of pg_monitor may read cosid.leases (schema cosid, the view and the
+-- function behind it; no claim token is in it), so that monitoring needs no superuser. The
+-- protocol is unchanged: servers of 0.1.0 to 0.4.0 keep claiming, renewing and releasing
+-- through it, and a server of 0.4.0 works with a store of 0.3.0 as well. Everything it creates
+-- is what lease_store.sql of 0.4.0 creates, in the same words.
+
+-- Checks before anything changes, with search_path pinned (see lease_store.sql); the path is
+-- restored for the statements after it.
+DO $update$
+DECLARE
+    v_path         text := pg_catalog.current_setting('search_path');
+    v_in_extension boolean;
+    v_found        text;
+    v_refused      text;
+    v_owner        text;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    -- Everything the update creates belongs to the role that runs it, so only the owner of
+    -- schema cosid may: another role (a second superuser, say) would own part of it, and could
+    -- keep that part after losing its superuser.
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace n
+     WHERE n.nspname = 'cosid'
+       AND n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = current_user);
+    IF v_owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema cosid exists and belongs to another role'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Schema cosid belongs to role %s. Its owner could replace the lease table and the protocol''s functions, and what the update creates belongs to the role that runs it.', v_owner),
+                  HINT = pg_catalog.format('Update as role %1$s: SET ROLE %1$s; then run the update again.', pg_catalog.quote_ident(v_owner));
+    END IF;
+    -- Only the update script of the extension may call pg_extension_config_dump().
+    BEGIN
+        PERFORM pg_catalog.pg_extension_config_dump('cosid.machine_lease', '');
+        v_in_extension := true;
+    EXCEPTION WHEN OTHERS THEN
+        v_in_extension := false;
+    END;
+    -- The version is read, never run.
+    SELECT pg_catalog.substring(p.prosrc, '''([0-9.]+)''') INTO v_found
+      FROM pg_catalog.pg_proc p
+     WHERE p.oid = pg_catalog.to_regprocedure('cosid.lease_store_version()');
+    -- Only a store of version 0.3.0 is updated, in one transaction, and a store of the
+    -- extension only by ALTER EXTENSION. Anything else is left alone: this transaction and the
+    -- rest of the session are made read-only, so that the statements after this one fail too.
+    v_refused := CASE
+        WHEN pg_catalog.to_regclass('cosid.machine_lease') IS NULL
+             OR v_found IS DISTINCT FROM '0.3.0'
+            THEN 'this database has no cosid lease store of version 0.3.0'
+        WHEN NOT v_in_extension AND EXISTS (
+                SELECT FROM pg_catalog.pg_depend d
+                 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                   AND d.objid = pg_catalog.to_regclass('cosid.machine_lease')
+                   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                   AND d.deptype = 'e')
+            THEN 'this lease store belongs to the extension cosid: update it with ALTER EXTENSION cosid UPDATE'
+        WHEN NOT v_in_extension AND pg_catalog.now() = pg_catalog.statement_timestamp()
+            THEN 'this update must run in one transaction'
+    END;
+    IF v_refused IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+        PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        RAISE WARNING '%; nothing was changed', v_refused
+            USING DETAIL = 'This file updates a lease store of version 0.3.0 (see cosid.lease_store_version()) to 0.4.0. The rest of this session is read-only.',
+                  HINT = 'Run it with psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.3.0--0.4.0.sql.';
+        RETURN;
+    END IF;
+    -- Claims queue behind the update for a few seconds at most.
+    PERFORM pg_catalog.set_config('lock_timeout', '3s', true);
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END
+$update$;
+
+GRANT USAGE ON SCHEMA cosid TO pg_monitor;
+GRANT SELECT ON TABLE cosid.leases TO pg_monitor;
+-- A view's functions run with the privileges of its reader.
+GRANT EXECUTE ON FUNCTION cosid.lease_rows() TO pg_monitor;
+
+CREATE OR REPLACE FUNCTION cosid.lease_store_version()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT '0.4.0'::text $$;
 -- </lease store>
 
 -- cosid.status gains the local deadline and the safe guard's margin, and members of pg_monitor
@@ -59,10 +147,31 @@ BEGIN
 END
 $status$;
 ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_3_0;
---@-- 0.3.0's columns, then those of 0.4.0.
---@include updates/cosid--0.2.0--0.3.0.sql
---@from CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
---@until 	"clock_backwards_broken_threshold" interval  /* Interval */
+CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
+	"name" TEXT,  /* String */
+	"namespace" TEXT,  /* String */
+	"distributor" TEXT,  /* String */
+	"instance_id" TEXT,  /* Option < String > */
+	"state" TEXT,  /* String */
+	"machine_id" INT,  /* Option < i32 > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"last_renewed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"last_error" TEXT,  /* Option < String > */
+	"watermark" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
+	"time_unit" TEXT,  /* String */
+	"timestamp_bits" INT,  /* i32 */
+	"machine_bits" INT,  /* i32 */
+	"sequence_bits" INT,  /* i32 */
+	"sequence_reset_threshold" bigint,  /* i64 */
+	"last_timestamp" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"ids_issued" bigint,  /* i64 */
+	"next_tick_waits" bigint,  /* i64 */
+	"clock_backwards_waits" bigint,  /* i64 */
+	"clock_backwards_errors" bigint,  /* i64 */
+	"safe_guard_duration" interval,  /* Option < Interval > */
+	"guarder_delay" interval,  /* Option < Interval > */
+	"clock_backwards_spin_threshold" interval,  /* Interval */
 	"clock_backwards_broken_threshold" interval,  /* Interval */
 	"deadline" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"safe_guard_margin" interval  /* Option < Interval > */
@@ -197,10 +306,160 @@ COMMENT ON FUNCTION cosid.machine_lease_guard() IS 'Trigger of cosid.machine_lea
 COMMENT ON FUNCTION cosid.lease_store_version() IS 'The version of the lease store''s SQL, which its update scripts check.';
 
 -- cosid_convert_column: switching a sequence-fed column to cosid
---@-- 0.4.0's function: that of convert_column.sql without the refusal of cosid's own tables
---@-- (0.5.0).
---@include convert_column.sql
---@from CREATE FUNCTION cosid_convert_column(tab regclass, col name, generator text DEFAULT NULL)
---@until     -- cosid's own tables keep its records (leases and their watermarks, generators' names and
---@include convert_column.sql
---@from     IF NOT pg_catalog.pg_has_role(current_user, v_rel.relowner, 'USAGE') THEN
+CREATE FUNCTION cosid_convert_column(tab regclass, col name, generator text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $convert$
+DECLARE
+    v_rel       pg_catalog.pg_class;
+    v_att       pg_catalog.pg_attribute;
+    v_default   text;
+    v_column    text;
+    v_schema    name;
+    v_next      text;
+    v_seq       regclass;
+    v_owned     boolean := false;
+    v_cosid     boolean := false;
+    v_max       bigint;
+    v_first     bigint;
+BEGIN
+    IF tab IS NULL OR col IS NULL THEN
+        RAISE EXCEPTION 'the table and the column to convert must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- The largest value is read below with a snapshot taken after the lock is granted, which
+    -- only READ COMMITTED does (one per statement). Under REPEATABLE READ or SERIALIZABLE the
+    -- transaction's snapshot predates the lock and would miss rows committed while it waited.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'cosid_convert_column must run at isolation level READ COMMITTED'
+            USING ERRCODE = 'invalid_transaction_state',
+                  DETAIL = pg_catalog.format('This transaction is %s: its snapshot was taken before the table''s lock, so the largest value read could miss rows committed meanwhile.', pg_catalog.current_setting('transaction_isolation')),
+                  HINT = 'Call it in a transaction of its own at READ COMMITTED, the default.';
+    END IF;
+    SELECT * INTO v_rel FROM pg_catalog.pg_class c WHERE c.oid = tab;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'relation with OID % does not exist', tab::oid
+            USING ERRCODE = 'undefined_table';
+    END IF;
+    v_column := pg_catalog.format('%s.%I', tab, col);
+    IF v_rel.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', tab
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Only the key column of a table or a partitioned table can be converted.';
+    END IF;
+    IF v_rel.relispartition THEN
+        RAISE EXCEPTION 'table % is a partition', tab
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Rows inserted through the partitioned table take the partitioned table''s default, not the partition''s.',
+                  HINT = 'Convert the partitioned table: its new default applies to every partition.';
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, v_rel.relowner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table % to convert its column', tab
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Converting a column changes its default and drops its sequence, which only the table''s owner may do.',
+                  HINT = 'Call cosid_convert_column as the owner of the table (or a member of its role).';
+    END IF;
+
+    -- From here until commit no row can be inserted: the largest value read below stays the
+    -- largest.
+    EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tab);
+
+    SELECT * INTO v_att FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = tab AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of table % does not exist', col, tab
+            USING ERRCODE = 'undefined_column';
+    END IF;
+    IF v_att.atttypid <> 'pg_catalog.int8'::pg_catalog.regtype THEN
+        RAISE EXCEPTION 'column % is of type %, not bigint', v_column, pg_catalog.format_type(v_att.atttypid, v_att.atttypmod)
+            USING ERRCODE = 'datatype_mismatch',
+                  DETAIL = 'A cosid id is a bigint of up to 63 bits; a smaller type cannot hold it.',
+                  HINT = pg_catalog.format('Change the column''s type first: ALTER TABLE %s ALTER COLUMN %I TYPE bigint (and the columns that reference it).', tab, col);
+    END IF;
+    IF v_att.attgenerated <> '' THEN
+        RAISE EXCEPTION 'column % is a generated column', v_column
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'Its value is computed from other columns, so it cannot take a default.';
+    END IF;
+
+    SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) INTO v_default
+      FROM pg_catalog.pg_attrdef d WHERE d.adrelid = tab AND d.adnum = v_att.attnum;
+    -- The sequence the column takes its values from: an identity column's, or the one its
+    -- default calls (serial's is owned by the column).
+    SELECT dep.refobjid::pg_catalog.regclass INTO v_seq
+      FROM pg_catalog.pg_attrdef d
+      JOIN pg_catalog.pg_depend dep
+        ON dep.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND dep.objid = d.oid
+       AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+      JOIN pg_catalog.pg_class s ON s.oid = dep.refobjid AND s.relkind = 'S'
+     WHERE d.adrelid = tab AND d.adnum = v_att.attnum
+     LIMIT 1;
+    IF v_att.attidentity = '' AND v_seq IS NOT NULL THEN
+        v_owned := EXISTS (SELECT FROM pg_catalog.pg_depend dep
+                            WHERE dep.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                              AND dep.objid = v_seq
+                              AND dep.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                              AND dep.refobjid = tab AND dep.refobjsubid = v_att.attnum
+                              AND dep.deptype = 'a');
+    END IF;
+    -- A default that already calls one of cosid's functions: switching generators is allowed.
+    v_cosid := EXISTS (
+        SELECT FROM pg_catalog.pg_attrdef d
+          JOIN pg_catalog.pg_depend f
+            ON f.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND f.objid = d.oid
+           AND f.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+          JOIN pg_catalog.pg_depend m
+            ON m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND m.objid = f.refobjid
+           AND m.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND m.deptype = 'e'
+          JOIN pg_catalog.pg_extension e ON e.oid = m.refobjid AND e.extname = 'cosid'
+         WHERE d.adrelid = tab AND d.adnum = v_att.attnum);
+    IF v_default IS NOT NULL AND v_att.attidentity = '' AND v_seq IS NULL AND NOT v_cosid THEN
+        RAISE EXCEPTION 'column % has a default that is not a sequence', v_column
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('Its default is %s. Only a column fed by a sequence (bigserial, identity) or without a default is converted.', v_default),
+                  HINT = pg_catalog.format('If the column should take cosid ids instead, drop its default first: ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT.', tab, col);
+    END IF;
+
+    SELECT n.nspname INTO v_schema
+      FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+     WHERE e.extname = 'cosid';
+    IF generator IS NULL THEN
+        v_next := pg_catalog.format('%I.cosid_next()', v_schema);
+    ELSE
+        v_next := pg_catalog.format('%I.cosid_next(%L::pg_catalog.text)', v_schema, generator);
+    END IF;
+
+    EXECUTE pg_catalog.format('SELECT pg_catalog.max(%I) FROM %s', col, tab) INTO v_max;
+    -- One id from the generator: if it cannot generate (no lease, unknown generator), its own
+    -- error ends the conversion, and nothing is changed.
+    EXECUTE 'SELECT ' || v_next INTO v_first;
+    IF v_max >= v_first THEN
+        RAISE EXCEPTION 'column % has values at or above the ids cosid issues now', v_column
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('Its largest value is %s; the generator just issued %s. Ids from the generator would collide with existing rows, now or later.', v_max, v_first),
+                  HINT = 'Keep the sequence for this table, or give the rows new ids below the generator''s (and update the rows that reference them) before converting.';
+    END IF;
+
+    IF v_att.attidentity <> '' THEN
+        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tab, col);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', tab, col, v_next);
+    IF v_owned THEN
+        -- serial's sequence served only this column; another default that still uses it keeps
+        -- it.
+        BEGIN
+            EXECUTE pg_catalog.format('DROP SEQUENCE %s', v_seq);
+        EXCEPTION WHEN dependent_objects_still_exist THEN
+            RAISE NOTICE 'sequence % was kept: other objects use it', v_seq;
+        END;
+    ELSIF v_seq IS NOT NULL AND v_att.attidentity = '' THEN
+        RAISE NOTICE 'sequence % was kept: column % did not own it', v_seq, v_column;
+    END IF;
+    RETURN v_first;
+END
+$convert$;
+
+COMMENT ON FUNCTION cosid_convert_column(regclass, name, text) IS
+    'Switches a bigint column fed by a sequence (bigserial, identity) to DEFAULT cosid_next() (or a named generator''s), locking the table; refused unless every existing value is below the ids cosid issues now. Returns the id drawn for the check.';

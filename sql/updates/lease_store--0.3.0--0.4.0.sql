@@ -34,19 +34,49 @@ BEGIN
                   DETAIL = pg_catalog.format('Schema cosid belongs to role %s. Its owner could replace the lease table and the protocol''s functions, and what the update creates belongs to the role that runs it.', v_owner),
                   HINT = pg_catalog.format('Update as role %1$s: SET ROLE %1$s; then run the update again.', pg_catalog.quote_ident(v_owner));
     END IF;
---@include updates/lease_store--0.2.0--0.3.0.sql
---@from     -- Only the update script of the extension may call pg_extension_config_dump().
---@until CREATE OR REPLACE FUNCTION cosid.lease_claim(
---@replace     -- Only a store of version 0.2.0 is updated, in one transaction, and a store of the
---@with     -- Only a store of version 0.3.0 is updated, in one transaction, and a store of the
---@replace              OR v_found IS DISTINCT FROM '0.2.0'
---@with              OR v_found IS DISTINCT FROM '0.3.0'
---@replace             THEN 'this database has no cosid lease store of version 0.2.0'
---@with             THEN 'this database has no cosid lease store of version 0.3.0'
---@replace             USING DETAIL = 'This file updates a lease store of version 0.2.0 (see cosid.lease_store_version()) to 0.3.0. The rest of this session is read-only.',
---@with             USING DETAIL = 'This file updates a lease store of version 0.3.0 (see cosid.lease_store_version()) to 0.4.0. The rest of this session is read-only.',
---@replace                   HINT = 'Run it with psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.2.0--0.3.0.sql.';
---@with                   HINT = 'Run it with psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.3.0--0.4.0.sql.';
+    -- Only the update script of the extension may call pg_extension_config_dump().
+    BEGIN
+        PERFORM pg_catalog.pg_extension_config_dump('cosid.machine_lease', '');
+        v_in_extension := true;
+    EXCEPTION WHEN OTHERS THEN
+        v_in_extension := false;
+    END;
+    -- The version is read, never run.
+    SELECT pg_catalog.substring(p.prosrc, '''([0-9.]+)''') INTO v_found
+      FROM pg_catalog.pg_proc p
+     WHERE p.oid = pg_catalog.to_regprocedure('cosid.lease_store_version()');
+    -- Only a store of version 0.3.0 is updated, in one transaction, and a store of the
+    -- extension only by ALTER EXTENSION. Anything else is left alone: this transaction and the
+    -- rest of the session are made read-only, so that the statements after this one fail too.
+    v_refused := CASE
+        WHEN pg_catalog.to_regclass('cosid.machine_lease') IS NULL
+             OR v_found IS DISTINCT FROM '0.3.0'
+            THEN 'this database has no cosid lease store of version 0.3.0'
+        WHEN NOT v_in_extension AND EXISTS (
+                SELECT FROM pg_catalog.pg_depend d
+                 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                   AND d.objid = pg_catalog.to_regclass('cosid.machine_lease')
+                   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                   AND d.deptype = 'e')
+            THEN 'this lease store belongs to the extension cosid: update it with ALTER EXTENSION cosid UPDATE'
+        WHEN NOT v_in_extension AND pg_catalog.now() = pg_catalog.statement_timestamp()
+            THEN 'this update must run in one transaction'
+    END;
+    IF v_refused IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('default_transaction_read_only', 'on', false);
+        PERFORM pg_catalog.set_config('transaction_read_only', 'on', true);
+        PERFORM pg_catalog.set_config('search_path', v_path, true);
+        RAISE WARNING '%; nothing was changed', v_refused
+            USING DETAIL = 'This file updates a lease store of version 0.3.0 (see cosid.lease_store_version()) to 0.4.0. The rest of this session is read-only.',
+                  HINT = 'Run it with psql -v ON_ERROR_STOP=1 --single-transaction -f lease_store--0.3.0--0.4.0.sql.';
+        RETURN;
+    END IF;
+    -- Claims queue behind the update for a few seconds at most.
+    PERFORM pg_catalog.set_config('lock_timeout', '3s', true);
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
+END
+$update$;
+
 GRANT USAGE ON SCHEMA cosid TO pg_monitor;
 GRANT SELECT ON TABLE cosid.leases TO pg_monitor;
 -- A view's functions run with the privileges of its reader.
