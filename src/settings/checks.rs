@@ -1,9 +1,9 @@
 //! The checks of the settings' combinations, which PostgreSQL cannot make one setting at a time:
 //! the layout, the machine id against it, the lease timings, the names and the lease store.
 
-use super::guc::{int_range, setting_text};
+use super::guc::setting_text;
 use super::table::{
-    DistributorSetting, DATABASE, DISTRIBUTOR, INSTANCE_ID, LEASE_STORE, MACHINE_ID,
+    int_range, DistributorSetting, DATABASE, DISTRIBUTOR, INSTANCE_ID, LEASE_STORE, MACHINE_ID,
     MAX_GENERATORS, NAMESPACE, SEQUENCE_RESET_THRESHOLD, STABLE,
 };
 use super::{

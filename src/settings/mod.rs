@@ -26,6 +26,7 @@
 
 mod checks;
 mod guc;
+mod row;
 mod table;
 
 pub use checks::{layout_setting, server_settings};

@@ -5,7 +5,7 @@
 //! [`SETTINGS`]. `guc::init` defines the settings from the rows, and the list of values it checks
 //! at start is the same rows' names, so a setting cannot be defined without being checked.
 
-use super::guc::{check_epoch, Context, Kind, Setting};
+use super::row::{check_epoch, Context, Kind, Setting};
 use cosid_core::layout;
 use pgrx::{GucFlags, GucSetting, PostgresGucEnum};
 use std::ffi::{CStr, CString};
@@ -316,3 +316,11 @@ pub(super) static SETTINGS: [Setting; 21] = [
         flags: GucFlags::UNIT_MS,
     },
 ];
+
+/// The range of an integer setting, as its row gives it.
+pub(super) fn int_range(name: &CStr) -> Option<std::ops::RangeInclusive<i32>> {
+    SETTINGS.iter().find_map(|row| match row.kind {
+        Kind::Int { min, max, .. } if row.name == name => Some(min..=max),
+        _ => None,
+    })
+}
