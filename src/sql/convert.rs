@@ -1,7 +1,12 @@
 //! Conversions between SQL values and the pure modules' (timestamps, intervals, the layout of the
 //! settings), and the errors of bad arguments to the id functions.
 
-use super::*;
+use super::text_arg::TextArg;
+use crate::error::CosidError;
+use cosid_core::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
+use cosid_core::lease::UNKNOWN_TIME;
+use pgrx::prelude::*;
+use std::sync::OnceLock;
 
 /// Milliseconds from the Unix epoch to PostgreSQL's, 2000-01-01.
 pub(super) const POSTGRES_EPOCH_UNIX_MS: i64 = 946_684_800_000;

@@ -1,6 +1,10 @@
 //! The checks of a named generator's arguments, before anything is written, and their errors.
 
-use super::*;
+use crate::error::CosidError;
+use crate::shmem;
+use cosid_core::layout::{self, Layout};
+use pgrx::prelude::*;
+
 use crate::shmem::{Phase, DEFAULT_NAME};
 use cosid_core::generator::ThresholdTooLarge;
 use cosid_core::layout::LayoutError;

@@ -2,8 +2,13 @@
 //! and the records every name and namespace keep: `cosid.generator_name`,
 //! `cosid.generator_namespace`), and what happens once that write commits.
 
+use crate::error::CosidError;
+use crate::settings::{self};
+use crate::shmem;
+use cosid_core::layout::Layout;
+use pgrx::prelude::*;
+
 use super::generator_checks::{already_exists, check_room};
-use super::*;
 use cosid_core::protocol::layout_text;
 use pgrx::datum::DatumWithOid;
 use pgrx::{register_xact_callback, PgXactCallbackEvent};

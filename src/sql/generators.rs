@@ -8,10 +8,23 @@
 //! memory, where backends of every database find it by name. These functions check a
 //! definition completely before they write it, so that the worker only ever reads good rows.
 
-use super::generator_checks::*;
-use super::generator_rows::*;
+use super::convert::unix_ms;
+use super::generator_checks::{
+    check_name, check_namespace, covers_now, layout_error, null_argument, preset_names,
+    threshold_refused, width,
+};
+use super::generator_rows::{
+    in_definitions_database, on_commit_of_this_change, remember_created_here, write_definition,
+    OrRaiseSpi,
+};
+use super::named_forms::no_such_generator;
+use crate::error::{CosidError, OrRaise};
+use crate::settings::MachineSource;
+use crate::shmem;
+use cosid_core::layout::{self, Layout};
+use pgrx::prelude::*;
+
 use super::text_arg::TextArg;
-use super::*;
 use crate::shmem::DEFAULT_NAME;
 use cosid_core::generator::check_sequence_reset_threshold;
 use cosid_core::layout::TimeUnit;

@@ -2,7 +2,18 @@
 //! functions of the server's layout (`cosid_decode`, `cosid_timestamp`, `cosid_from_timestamp`,
 //! the friendly and Radix62 forms). Their named forms are in `named_forms.rs`.
 
-use super::*;
+use super::convert::{
+    decompose_or_raise, layout_or_raise, negative_id, parse_error, radix62_error, time_range_error,
+    timestamptz, unix_ms,
+};
+use super::refusals::generate_error;
+use super::text_arg::TextArg;
+use crate::clock::ServerClock;
+use crate::error::{CosidError, OrRaise};
+use crate::shmem;
+use cosid_core::layout::{self, Layout};
+use pgrx::prelude::*;
+use pgrx::{composite_type, IntoDatum, PgTupleDesc};
 
 #[pg_extern(volatile, parallel_safe)]
 pub(super) fn cosid_next() -> i64 {

@@ -21,22 +21,7 @@ mod status;
 mod status_row;
 mod text_arg;
 
-use crate::clock::ServerClock;
-use crate::error::{CosidError, OrRaise};
-use crate::settings::{self, MachineSource};
-use crate::shmem;
-use cosid_core::generator::GenerateError;
-use cosid_core::layout::{self, IdParts, Layout, ParseError, TimeRangeError};
-use cosid_core::lease::{LeaseProblem, LeaseSnapshot, RefusalKind, UNKNOWN_TIME};
 use pgrx::prelude::*;
-use pgrx::{composite_type, IntoDatum, PgTupleDesc};
-use std::sync::OnceLock;
-use text_arg::TextArg;
-
-use convert::*;
-use ids::*;
-use named_forms::*;
-use refusals::*;
 
 extension_sql_file!("../../sql/lease_store.sql", name = "lease_store");
 

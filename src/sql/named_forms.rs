@@ -2,10 +2,24 @@
 //! `cosid_next('name')` on the hot path (the slot kept per call site), and the decode and format
 //! functions of a named generator's layout. The definitions are in `generators.rs`.
 
+use super::convert::{decompose_or_raise, layout_or_raise, timestamptz};
+use super::ids::{
+    cosid_from_radix62, cosid_to_radix62, decoded, decoded_parts, friendly, from_friendly,
+    from_timestamp,
+};
+use super::refusals::{generate_error, no_machine_id};
+use crate::clock::ServerClock;
+use crate::error::{CosidError, OrRaise};
+use crate::settings::{self};
+use crate::shmem;
+use cosid_core::generator::GenerateError;
+use cosid_core::layout::Layout;
+use pgrx::composite_type;
+use pgrx::prelude::*;
+
 use super::generator_checks::null_argument;
 use super::generator_rows::created_in_this_transaction;
 use super::text_arg::{GeneratorName, TextArg};
-use super::*;
 use crate::shmem::{GeneratorSlot, Phase, DEFAULT_NAME};
 
 #[pg_extern(name = "cosid_next", volatile, parallel_safe)]
@@ -153,13 +167,13 @@ pub(super) fn cosid_from_friendly_named(friendly: TextArg, generator: GeneratorN
 #[pg_extern(name = "cosid_to_radix62", stable, strict, parallel_safe)]
 pub(super) fn cosid_to_radix62_named(id: i64, generator: GeneratorName) -> String {
     decompose_or_raise(&generator_layout(&generator), id);
-    super::cosid_to_radix62(id)
+    cosid_to_radix62(id)
 }
 
 #[pg_extern(name = "cosid_from_radix62", stable, strict, parallel_safe)]
 pub(super) fn cosid_from_radix62_named(radix62: TextArg, generator: GeneratorName) -> i64 {
     let layout = generator_layout(&generator);
-    let id = super::cosid_from_radix62(radix62);
+    let id = cosid_from_radix62(radix62);
     decompose_or_raise(&layout, id);
     id
 }

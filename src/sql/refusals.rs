@@ -1,7 +1,14 @@
 //! Why `cosid_next()` refuses: the errors of a closed generator, a lease not held, a state file or
 //! history that cannot be used, and the clock, each from one reading of the generator's status.
 
-use super::*;
+use super::convert::time_range_error;
+use crate::error::CosidError;
+use crate::settings::{self, MachineSource};
+use crate::shmem;
+use cosid_core::generator::GenerateError;
+use cosid_core::layout::{self};
+use cosid_core::lease::{LeaseProblem, LeaseSnapshot, RefusalKind, UNKNOWN_TIME};
+use pgrx::prelude::*;
 
 /// Why the server has no machine id, when a store-less distributor gave none.
 pub(super) fn no_machine_id() -> Option<&'static cosid_core::distributor::NoMachineId> {

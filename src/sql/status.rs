@@ -1,8 +1,10 @@
 //! `cosid.status`: one row per generator of this server, from shared memory, in each shape an
 //! extension's SQL of 0.2.0 to this version binds to (`generator_status` of each version).
 
+use super::text_arg;
+use pgrx::prelude::*;
+
 use super::status_row::{status_rows, StatusRow};
-use super::*;
 
 #[pg_schema]
 mod cosid {

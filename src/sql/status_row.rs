@@ -1,7 +1,13 @@
 //! A row of `cosid.status`, read from shared memory, and its projection into each shape of the
 //! view (see `status.rs`).
 
-use super::*;
+use super::convert::{interval_ms, known_time, timestamptz};
+use super::refusals::{lease_error_for, no_machine_id};
+use super::text_arg;
+use crate::clock::ServerClock;
+use crate::error::OrRaise;
+use crate::shmem;
+use pgrx::prelude::*;
 
 /// One row of `cosid.status` with every column any of its shapes has, in the order of the
 /// columns; each shape is a projection of it ([`StatusRow::v4`] and the older ones). A column is
