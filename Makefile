@@ -95,6 +95,7 @@ LINT_PG ?= $(TESTED_PG)
 lint: setup
 	cargo fmt --all -- --check
 	PYTHONPATH=target/lint/pyflakes-3.2.0-py2.py3-none-any.whl python3 -m pyflakes tests bench scripts
+	scripts/import-cycles.py
 	cargo clippy -p cosid-core --all-targets -- -D warnings
 	set -e; for version in $(LINT_PG); do \
 		cargo clippy --release --all-targets --no-default-features --features pg$$version \

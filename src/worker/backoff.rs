@@ -4,7 +4,7 @@
 //! minute. The count of failed attempts is one word of the segment: the lease worker and the
 //! generators worker never run on the same server.
 
-use super::{shutdown_requested, sleep_unless_shutdown};
+use super::signals::{shutdown_requested, sleep_unless_shutdown};
 use crate::shmem::{self, GeneratorSlot};
 use cosid_core::lease::LeaseProblem;
 use pgrx::bgworkers::BackgroundWorker;

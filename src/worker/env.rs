@@ -1,7 +1,7 @@
 //! The process a lease session runs in ([`ServerEnv`]): clocks, latch sleeps, the log, the
 //! settings and the state file of the session's namespace.
 
-use super::{shutdown_requested, sleep_unless_shutdown};
+use super::signals::{shutdown_requested, sleep_unless_shutdown};
 use crate::host::{boottime_ms, random_u64, unix_ms_now};
 use crate::{local_state, settings, shmem};
 use cosid_core::lease::session::{Env, LogLevel};

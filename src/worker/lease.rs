@@ -8,7 +8,8 @@
 //! succeeds.
 
 use super::runner::{Generators, Runs, SharedStore, Source};
-use super::{attach_signal_handlers, backoff, exit_worker, run, shutdown_requested};
+use super::signals::shutdown_requested;
+use super::{attach_signal_handlers, backoff, exit_worker, run};
 use crate::settings::{self, MachineSource};
 use crate::{shmem, store};
 use pgrx::bgworkers::BgWorkerStartTime;

@@ -15,6 +15,7 @@ mod floor;
 pub mod generators;
 pub mod lease;
 mod runner;
+mod signals;
 pub mod state;
 
 use crate::host::boottime_ms;
@@ -25,6 +26,7 @@ use pgrx::bgworkers::{
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use runner::Generators;
+use signals::{shutdown_requested, wait_latch_ms};
 use std::time::Duration;
 
 /// Registers a worker of this library; only while preloading. A worker that ends with exit
@@ -65,11 +67,6 @@ pub(crate) fn exit_worker() -> ! {
     }
 }
 
-pub fn shutdown_requested() -> bool {
-    // SAFETY: a plain read of a flag set by the SIGTERM handler.
-    unsafe { pg_sys::ShutdownRequestPending != 0 }
-}
-
 /// Reloads the configuration file after a SIGHUP; whether there was one.
 fn reload_if_signalled() -> bool {
     if !BackgroundWorker::sighup_received() {
@@ -79,22 +76,6 @@ fn reload_if_signalled() -> bool {
     // transaction.
     unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
     true
-}
-
-/// Waits on the latch for at most `ms`; false when the postmaster died.
-fn wait_latch_ms(ms: u64) -> bool {
-    BackgroundWorker::wait_latch(Some(Duration::from_millis(ms)))
-}
-
-/// Sleeps until `ms` have passed, the server shuts down or the postmaster dies.
-fn sleep_unless_shutdown(ms: u64) {
-    let until = boottime_ms() + ms;
-    while !shutdown_requested() {
-        let now = boottime_ms();
-        if now >= until || !wait_latch_ms((until - now).min(50)) {
-            break;
-        }
-    }
 }
 
 /// Runs the generators until the server shuts down or the postmaster dies: each is stepped when
