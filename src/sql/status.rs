@@ -1,214 +1,192 @@
-//! `cosid.status`: one row per generator of this server, from shared memory, in each shape an
-//! extension's SQL of 0.2.0 to this version binds to (`generator_status` of each version).
+//! `cosid.status`: one row per generator of this server, from shared memory, in the shape the
+//! calling SQL declares. Each version's SQL binds `cosid.generator_status()` to a C symbol of its
+//! own (so that the SQL of a version cannot be bound to the function of an older library still
+//! loaded in a running server); all of them fill the columns their SQL declares, by name, from
+//! the one declaration of the columns (`status_row.rs`), as pg_stat_statements serves the shapes
+//! of its versions.
 
-use super::text_arg;
+use super::status_row::{status_rows, Column, COLUMNS};
+use crate::error::CosidError;
+use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::prelude::*;
+use pgrx::{AllocatedByRust, PgTupleDesc};
 
-use super::status_row::{status_rows, StatusRow};
+/// Rows of the caller's shape: of a `cosid.status` of some version.
+type StatusRows = SetOfIterator<'static, PgHeapTuple<'static, AllocatedByRust>>;
 
 #[pg_schema]
 mod cosid {
-    use super::*;
+    use super::rows_in_callers_shape;
+    use pgrx::composite_type;
+    use pgrx::prelude::*;
 
-    /// One row per generator: its name, configuration and state. Read through the view
-    /// `cosid.status`.
-    ///
-    /// Its C symbol is new in 0.5.0 (`generator_status_v5_wrapper`), so that the SQL of 0.5.0
-    /// cannot be bound to the function of an older library still loaded in a running server.
-    #[pg_extern(name = "generator_status", volatile, parallel_safe)]
-    #[allow(clippy::type_complexity)]
-    fn generator_status_v5() -> TableIterator<
-        'static,
-        (
-            name!(name, String),
-            name!(namespace, text_arg::ServerText),
-            name!(distributor, String),
-            name!(instance_id, Option<String>),
-            name!(state, String),
-            name!(machine_id, Option<i32>),
-            name!(expires_at, Option<TimestampWithTimeZone>),
-            name!(last_renewed_at, Option<TimestampWithTimeZone>),
-            name!(last_error, Option<String>),
-            name!(watermark, Option<TimestampWithTimeZone>),
-            name!(epoch, TimestampWithTimeZone),
-            name!(time_unit, String),
-            name!(timestamp_bits, i32),
-            name!(machine_bits, i32),
-            name!(sequence_bits, i32),
-            name!(sequence_reset_threshold, i64),
-            name!(last_timestamp, Option<TimestampWithTimeZone>),
-            name!(ids_issued, i64),
-            name!(next_tick_waits, i64),
-            name!(clock_backwards_waits, i64),
-            name!(clock_backwards_errors, i64),
-            name!(safe_guard_duration, Option<Interval>),
-            name!(guarder_delay, Option<Interval>),
-            name!(clock_backwards_spin_threshold, Interval),
-            name!(clock_backwards_broken_threshold, Interval),
-            // New in 0.4.0, after the columns of 0.3.0: the update replaces the view in place
-            // (CREATE OR REPLACE VIEW may only add columns at the end), so that the views and
-            // functions users built on cosid.status keep working through it.
-            name!(deadline, Option<TimestampWithTimeZone>),
-            name!(safe_guard_margin, Option<Interval>),
-            // New in 0.5.0, last, for the same reason.
-            name!(renewal_failures, Option<i64>),
-        ),
-    > {
-        TableIterator::new(status_rows().into_iter().map(StatusRow::v5))
-    }
-
-    /// The same rows in the shape of cosid 0.4.0 (no renewal failures), for its SQL, which calls
-    /// this symbol until `ALTER EXTENSION cosid UPDATE`.
+    /// The rows of the view `cosid.status`, in the shape of this version's SQL (below). Its C
+    /// symbol is new in 0.5.0.
     #[pg_extern(sql = false, volatile, parallel_safe)]
-    #[allow(clippy::type_complexity)]
-    fn generator_status_v4() -> TableIterator<
-        'static,
-        (
-            name!(name, String),
-            name!(namespace, text_arg::ServerText),
-            name!(distributor, String),
-            name!(instance_id, Option<String>),
-            name!(state, String),
-            name!(machine_id, Option<i32>),
-            name!(expires_at, Option<TimestampWithTimeZone>),
-            name!(last_renewed_at, Option<TimestampWithTimeZone>),
-            name!(last_error, Option<String>),
-            name!(watermark, Option<TimestampWithTimeZone>),
-            name!(epoch, TimestampWithTimeZone),
-            name!(time_unit, String),
-            name!(timestamp_bits, i32),
-            name!(machine_bits, i32),
-            name!(sequence_bits, i32),
-            name!(sequence_reset_threshold, i64),
-            name!(last_timestamp, Option<TimestampWithTimeZone>),
-            name!(ids_issued, i64),
-            name!(next_tick_waits, i64),
-            name!(clock_backwards_waits, i64),
-            name!(clock_backwards_errors, i64),
-            name!(safe_guard_duration, Option<Interval>),
-            name!(guarder_delay, Option<Interval>),
-            name!(clock_backwards_spin_threshold, Interval),
-            name!(clock_backwards_broken_threshold, Interval),
-            // New in 0.4.0, after the columns of 0.3.0: the update replaces the view in place
-            // (CREATE OR REPLACE VIEW may only add columns at the end), so that the views and
-            // functions users built on cosid.status keep working through it.
-            name!(deadline, Option<TimestampWithTimeZone>),
-            name!(safe_guard_margin, Option<Interval>),
-        ),
-    > {
-        TableIterator::new(status_rows().into_iter().map(StatusRow::v4))
+    fn generator_status_v5(
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> SetOfIterator<'static, composite_type!('static, "cosid.status")> {
+        rows_in_callers_shape(fcinfo)
     }
 
-    /// The same rows in the shape of cosid 0.3.0 (no deadline, no margin), for its SQL, which
-    /// calls this symbol: a server restarted onto this library serves `cosid.status` until
+    /// For the SQL of 0.4.0, which calls this symbol until `ALTER EXTENSION cosid UPDATE`.
+    #[pg_extern(sql = false, volatile, parallel_safe)]
+    fn generator_status_v4(
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> SetOfIterator<'static, composite_type!('static, "cosid.status")> {
+        rows_in_callers_shape(fcinfo)
+    }
+
+    /// For the SQL of 0.3.0: a server restarted onto this library serves `cosid.status` until
     /// `ALTER EXTENSION cosid UPDATE`.
     #[pg_extern(sql = false, volatile, parallel_safe)]
-    #[allow(clippy::type_complexity)]
-    fn generator_status_v3() -> TableIterator<
-        'static,
-        (
-            name!(name, String),
-            name!(namespace, text_arg::ServerText),
-            name!(distributor, String),
-            name!(instance_id, Option<String>),
-            name!(state, String),
-            name!(machine_id, Option<i32>),
-            name!(expires_at, Option<TimestampWithTimeZone>),
-            name!(last_renewed_at, Option<TimestampWithTimeZone>),
-            name!(last_error, Option<String>),
-            name!(watermark, Option<TimestampWithTimeZone>),
-            name!(epoch, TimestampWithTimeZone),
-            name!(time_unit, String),
-            name!(timestamp_bits, i32),
-            name!(machine_bits, i32),
-            name!(sequence_bits, i32),
-            name!(sequence_reset_threshold, i64),
-            name!(last_timestamp, Option<TimestampWithTimeZone>),
-            name!(ids_issued, i64),
-            name!(next_tick_waits, i64),
-            name!(clock_backwards_waits, i64),
-            name!(clock_backwards_errors, i64),
-            name!(safe_guard_duration, Option<Interval>),
-            name!(guarder_delay, Option<Interval>),
-            name!(clock_backwards_spin_threshold, Interval),
-            name!(clock_backwards_broken_threshold, Interval),
-        ),
-    > {
-        TableIterator::new(status_rows().into_iter().map(StatusRow::v3))
+    fn generator_status_v3(
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> SetOfIterator<'static, composite_type!('static, "cosid.status")> {
+        rows_in_callers_shape(fcinfo)
     }
 
-    /// The same rows in the shape of cosid 0.2.0 (no name), for its SQL, which calls this
-    /// symbol: a server restarted onto this library serves `cosid.status` until
-    /// `ALTER EXTENSION cosid UPDATE`.
+    /// For the SQL of 0.2.0, as for 0.3.0.
     #[pg_extern(sql = false, volatile, parallel_safe)]
-    #[allow(clippy::type_complexity)]
-    fn generator_status_v2() -> TableIterator<
-        'static,
-        (
-            name!(namespace, text_arg::ServerText),
-            name!(distributor, String),
-            name!(instance_id, Option<String>),
-            name!(state, String),
-            name!(machine_id, Option<i32>),
-            name!(expires_at, Option<TimestampWithTimeZone>),
-            name!(last_renewed_at, Option<TimestampWithTimeZone>),
-            name!(last_error, Option<String>),
-            name!(watermark, Option<TimestampWithTimeZone>),
-            name!(epoch, TimestampWithTimeZone),
-            name!(time_unit, String),
-            name!(timestamp_bits, i32),
-            name!(machine_bits, i32),
-            name!(sequence_bits, i32),
-            name!(sequence_reset_threshold, i64),
-            name!(last_timestamp, Option<TimestampWithTimeZone>),
-            name!(ids_issued, i64),
-            name!(next_tick_waits, i64),
-            name!(clock_backwards_waits, i64),
-            name!(clock_backwards_errors, i64),
-            name!(safe_guard_duration, Option<Interval>),
-            name!(guarder_delay, Option<Interval>),
-            name!(clock_backwards_spin_threshold, Interval),
-            name!(clock_backwards_broken_threshold, Interval),
-        ),
-    > {
-        TableIterator::new(status_rows().into_iter().map(StatusRow::v2))
+    fn generator_status_v2(
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> SetOfIterator<'static, composite_type!('static, "cosid.status")> {
+        rows_in_callers_shape(fcinfo)
     }
 
-    /// The same rows in the shape of cosid 0.1.0, for its SQL, which calls this symbol: a server
-    /// restarted onto this library serves `cosid.status` until `ALTER EXTENSION cosid UPDATE`.
+    /// For the SQL of 0.1.0, as for 0.3.0.
     #[pg_extern(sql = false, volatile, parallel_safe)]
-    #[allow(clippy::type_complexity)]
-    fn generator_status() -> TableIterator<
-        'static,
-        (
-            name!(namespace, text_arg::ServerText),
-            name!(distributor, String),
-            name!(instance_id, Option<String>),
-            name!(state, String),
-            name!(machine_id, Option<i32>),
-            name!(expires_at, Option<TimestampWithTimeZone>),
-            name!(last_renewed_at, Option<TimestampWithTimeZone>),
-            name!(last_error, Option<String>),
-            name!(watermark, Option<TimestampWithTimeZone>),
-            name!(epoch, TimestampWithTimeZone),
-            name!(time_unit, String),
-            name!(timestamp_bits, i32),
-            name!(machine_bits, i32),
-            name!(sequence_bits, i32),
-            name!(sequence_reset_threshold, i64),
-            name!(last_timestamp, Option<TimestampWithTimeZone>),
-            name!(ids_issued, i64),
-            name!(next_tick_waits, i64),
-            name!(clock_backwards_waits, i64),
-            name!(clock_backwards_errors, i64),
-        ),
-    > {
-        TableIterator::new(status_rows().into_iter().map(StatusRow::v1))
+    fn generator_status(
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> SetOfIterator<'static, composite_type!('static, "cosid.status")> {
+        rows_in_callers_shape(fcinfo)
     }
+}
+
+/// Every row of `cosid.status`, each with the columns the calling function's result type
+/// declares, by name. A declared column this library does not make, or makes with another type,
+/// is refused rather than filled with something else.
+fn rows_in_callers_shape(fcinfo: pg_sys::FunctionCallInfo) -> StatusRows {
+    let tupdesc = callers_tupdesc(fcinfo);
+    let columns: Vec<Option<&'static Column>> = tupdesc
+        .iter()
+        .map(|attribute| {
+            if attribute.attisdropped {
+                return None;
+            }
+            let name = attribute.name();
+            let column = COLUMNS.iter().find(|column| column.name == name);
+            match column {
+                Some(column) if (column.type_oid)() == attribute.atttypid => Some(column),
+                Some(_) => shape_error(format!("its column \"{name}\" has another type")).raise(),
+                None => {
+                    shape_error(format!("it has a column \"{name}\" cosid does not make")).raise()
+                }
+            }
+        })
+        .collect();
+    // The columns of one version, in their order: those of the latest version declared, and
+    // the ones before it.
+    let declared: Vec<&str> = columns.iter().flatten().map(|column| column.name).collect();
+    if let Some(version) = columns.iter().flatten().map(|column| column.since).max() {
+        let of_version: Vec<&str> = COLUMNS
+            .iter()
+            .filter(|column| column.since <= version)
+            .map(|column| column.name)
+            .collect();
+        if declared != of_version {
+            shape_error(format!(
+                "its columns are not those of cosid {} ({})",
+                version.name(),
+                of_version.join(", ")
+            ))
+            .raise();
+        }
+    }
+    let tuples: Vec<_> = status_rows()
+        .iter()
+        .map(|row| {
+            let datums = columns
+                .iter()
+                .map(|column| column.and_then(|column| (column.value)(row)));
+            // SAFETY: the descriptor is the blessed copy made for this call, in the memory
+            // context of the whole call (pgrx runs the first call of a set-returning function
+            // there), which outlives every tuple; each datum is of its attribute's type, checked
+            // above, or NULL.
+            let tupdesc = unsafe { PgTupleDesc::from_pg_unchecked(tupdesc.as_ptr()) };
+            // SAFETY: as above.
+            unsafe { PgHeapTuple::from_datums(tupdesc, datums) }
+                .unwrap_or_else(|why| shape_error(format!("{why}")).raise())
+        })
+        .collect();
+    SetOfIterator::new(tuples)
+}
+
+/// The calling function's result type, as its SQL declares it, blessed so that its rows can be
+/// returned one at a time.
+fn callers_tupdesc(fcinfo: pg_sys::FunctionCallInfo) -> PgTupleDesc<'static> {
+    let mut tupdesc: pg_sys::TupleDesc = std::ptr::null_mut();
+    // SAFETY: PostgreSQL passes a valid fcinfo for this call. For a function with OUT columns,
+    // get_call_result_type makes a descriptor of them in the current memory context (the
+    // call's, see above).
+    let class = unsafe { pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut tupdesc) };
+    if class != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE || tupdesc.is_null() {
+        shape_error("it does not return rows of columns".to_string()).raise();
+    }
+    // SAFETY: tupdesc is the descriptor made above; blessing registers it as a record type of
+    // this backend, which the rows returned name.
+    unsafe {
+        pg_sys::BlessTupleDesc(tupdesc);
+        PgTupleDesc::from_pg_unchecked(tupdesc)
+    }
+}
+
+fn shape_error(why: String) -> CosidError {
+    CosidError::new(
+        PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+        "cosid.generator_status() is not declared as any version of cosid declares it",
+    )
+    .detail(format!(
+        "The result type of cosid.generator_status() was changed: {why}."
+    ))
+    .hint("Update the extension (ALTER EXTENSION cosid UPDATE), or create it again.")
 }
 
 extension_sql!(
     r#"
+CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
+	"name" TEXT,
+	"namespace" text,
+	"distributor" TEXT,
+	"instance_id" TEXT,
+	"state" TEXT,
+	"machine_id" INT,
+	"expires_at" timestamp with time zone,
+	"last_renewed_at" timestamp with time zone,
+	"last_error" TEXT,
+	"watermark" timestamp with time zone,
+	"epoch" timestamp with time zone,
+	"time_unit" TEXT,
+	"timestamp_bits" INT,
+	"machine_bits" INT,
+	"sequence_bits" INT,
+	"sequence_reset_threshold" bigint,
+	"last_timestamp" timestamp with time zone,
+	"ids_issued" bigint,
+	"next_tick_waits" bigint,
+	"clock_backwards_waits" bigint,
+	"clock_backwards_errors" bigint,
+	"safe_guard_duration" interval,
+	"guarder_delay" interval,
+	"clock_backwards_spin_threshold" interval,
+	"clock_backwards_broken_threshold" interval,
+	"deadline" timestamp with time zone,
+	"safe_guard_margin" interval,
+	"renewal_failures" bigint
+)
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'generator_status_v5_wrapper';
 CREATE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
 COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: configuration and state.';
 COMMENT ON COLUMN cosid.status.deadline IS 'When cosid_next() starts refusing unless a lease renewal succeeds first; NULL when the generator has no machine id or no deadline.';

@@ -1,5 +1,5 @@
-//! A row of `cosid.status`, read from shared memory, and its projection into each shape of the
-//! view (see `status.rs`).
+//! The columns of `cosid.status`, each declared once with the version that added it, and its
+//! rows, read from shared memory. Each version's SQL declares its own shape (`status.rs`).
 
 use super::convert::{interval_ms, known_time, timestamptz};
 use super::refusals::{lease_error_for, no_machine_id};
@@ -9,342 +9,96 @@ use crate::error::OrRaise;
 use crate::shmem;
 use pgrx::prelude::*;
 
-/// One row of `cosid.status` with every column any of its shapes has, in the order of the
-/// columns; each shape is a projection of it ([`StatusRow::v4`] and the older ones). A column is
-/// added here, filled in by [`status_rows`], and projected into the shapes that have it.
-pub(super) struct StatusRow {
-    name: String,
-    namespace: text_arg::ServerText,
-    distributor: String,
-    instance_id: Option<String>,
-    state: String,
-    machine_id: Option<i32>,
-    expires_at: Option<TimestampWithTimeZone>,
-    last_renewed_at: Option<TimestampWithTimeZone>,
-    last_error: Option<String>,
-    watermark: Option<TimestampWithTimeZone>,
-    epoch: TimestampWithTimeZone,
-    time_unit: String,
-    timestamp_bits: i32,
-    machine_bits: i32,
-    sequence_bits: i32,
-    sequence_reset_threshold: i64,
-    last_timestamp: Option<TimestampWithTimeZone>,
-    ids_issued: i64,
-    next_tick_waits: i64,
-    clock_backwards_waits: i64,
-    clock_backwards_errors: i64,
-    safe_guard_duration: Option<Interval>,
-    guarder_delay: Option<Interval>,
-    clock_backwards_spin_threshold: Interval,
-    clock_backwards_broken_threshold: Interval,
-    /// When `cosid_next()` starts refusing unless a renewal succeeds first: the local deadline,
-    /// on the wall clock. NULL without a deadline (a fixed machine id, or cosid.fail_fast off)
-    /// and when the generator has no machine id (it refuses already). New in 0.4.0.
-    deadline: Option<TimestampWithTimeZone>,
-    /// The part of the safe guard kept back for clock skew: the deadline is the sending of the
-    /// last successful renewal plus safe_guard_duration minus this. New in 0.4.0.
-    safe_guard_margin: Option<Interval>,
-    /// Lease renewals that did not renew since the server started (the store failed, or the
-    /// lease was lost); NULL without a lease. New in 0.5.0.
-    renewal_failures: Option<i64>,
+/// The SQL of the version that added a column; a shape of `cosid.status` that SQL declares has
+/// every column of its version and earlier ones, in the order of [`COLUMNS`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(super) enum Since {
+    V0_1_0,
+    V0_2_0,
+    V0_3_0,
+    V0_4_0,
+    V0_5_0,
 }
 
-/// The columns of cosid 0.1.0's shape, the first 20 of 0.2.0's.
-type ShapeV1 = (
-    text_arg::ServerText,
-    String,
-    Option<String>,
-    String,
-    Option<i32>,
-    Option<TimestampWithTimeZone>,
-    Option<TimestampWithTimeZone>,
-    Option<String>,
-    Option<TimestampWithTimeZone>,
-    TimestampWithTimeZone,
-    String,
-    i32,
-    i32,
-    i32,
-    i64,
-    Option<TimestampWithTimeZone>,
-    i64,
-    i64,
-    i64,
-    i64,
-);
-
-/// The columns of cosid 0.2.0's shape: 0.1.0's, then the lease timings and the thresholds.
-type ShapeV2 = (
-    text_arg::ServerText,
-    String,
-    Option<String>,
-    String,
-    Option<i32>,
-    Option<TimestampWithTimeZone>,
-    Option<TimestampWithTimeZone>,
-    Option<String>,
-    Option<TimestampWithTimeZone>,
-    TimestampWithTimeZone,
-    String,
-    i32,
-    i32,
-    i32,
-    i64,
-    Option<TimestampWithTimeZone>,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<Interval>,
-    Option<Interval>,
-    Interval,
-    Interval,
-);
-
-/// The columns of cosid 0.3.0's shape: the name, then 0.2.0's.
-type ShapeV3 = (
-    String,
-    text_arg::ServerText,
-    String,
-    Option<String>,
-    String,
-    Option<i32>,
-    Option<TimestampWithTimeZone>,
-    Option<TimestampWithTimeZone>,
-    Option<String>,
-    Option<TimestampWithTimeZone>,
-    TimestampWithTimeZone,
-    String,
-    i32,
-    i32,
-    i32,
-    i64,
-    Option<TimestampWithTimeZone>,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<Interval>,
-    Option<Interval>,
-    Interval,
-    Interval,
-);
-
-/// The columns of cosid 0.4.0's shape, this version's: 0.3.0's, then the deadline and the margin.
-type ShapeV4 = (
-    String,
-    text_arg::ServerText,
-    String,
-    Option<String>,
-    String,
-    Option<i32>,
-    Option<TimestampWithTimeZone>,
-    Option<TimestampWithTimeZone>,
-    Option<String>,
-    Option<TimestampWithTimeZone>,
-    TimestampWithTimeZone,
-    String,
-    i32,
-    i32,
-    i32,
-    i64,
-    Option<TimestampWithTimeZone>,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<Interval>,
-    Option<Interval>,
-    Interval,
-    Interval,
-    Option<TimestampWithTimeZone>,
-    Option<Interval>,
-);
-
-/// The columns of cosid 0.5.0's shape: 0.4.0's, then the renewal failures.
-type ShapeV5 = (
-    String,
-    text_arg::ServerText,
-    String,
-    Option<String>,
-    String,
-    Option<i32>,
-    Option<TimestampWithTimeZone>,
-    Option<TimestampWithTimeZone>,
-    Option<String>,
-    Option<TimestampWithTimeZone>,
-    TimestampWithTimeZone,
-    String,
-    i32,
-    i32,
-    i32,
-    i64,
-    Option<TimestampWithTimeZone>,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<Interval>,
-    Option<Interval>,
-    Interval,
-    Interval,
-    Option<TimestampWithTimeZone>,
-    Option<Interval>,
-    Option<i64>,
-);
-
-impl StatusRow {
-    pub(super) fn v5(self) -> ShapeV5 {
-        let renewal_failures = self.renewal_failures;
-        let v4 = self.v4();
-        (
-            v4.0,
-            v4.1,
-            v4.2,
-            v4.3,
-            v4.4,
-            v4.5,
-            v4.6,
-            v4.7,
-            v4.8,
-            v4.9,
-            v4.10,
-            v4.11,
-            v4.12,
-            v4.13,
-            v4.14,
-            v4.15,
-            v4.16,
-            v4.17,
-            v4.18,
-            v4.19,
-            v4.20,
-            v4.21,
-            v4.22,
-            v4.23,
-            v4.24,
-            v4.25,
-            v4.26,
-            renewal_failures,
-        )
+impl Since {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Since::V0_1_0 => "0.1.0",
+            Since::V0_2_0 => "0.2.0",
+            Since::V0_3_0 => "0.3.0",
+            Since::V0_4_0 => "0.4.0",
+            Since::V0_5_0 => "0.5.0",
+        }
     }
+}
 
-    pub(super) fn v4(self) -> ShapeV4 {
-        (
-            self.name,
-            self.namespace,
-            self.distributor,
-            self.instance_id,
-            self.state,
-            self.machine_id,
-            self.expires_at,
-            self.last_renewed_at,
-            self.last_error,
-            self.watermark,
-            self.epoch,
-            self.time_unit,
-            self.timestamp_bits,
-            self.machine_bits,
-            self.sequence_bits,
-            self.sequence_reset_threshold,
-            self.last_timestamp,
-            self.ids_issued,
-            self.next_tick_waits,
-            self.clock_backwards_waits,
-            self.clock_backwards_errors,
-            self.safe_guard_duration,
-            self.guarder_delay,
-            self.clock_backwards_spin_threshold,
-            self.clock_backwards_broken_threshold,
-            self.deadline,
-            self.safe_guard_margin,
-        )
-    }
+/// A column of `cosid.status`: its name, the version that added it, its SQL type and its value
+/// in a row.
+pub(super) struct Column {
+    pub name: &'static str,
+    pub since: Since,
+    pub type_oid: fn() -> pg_sys::Oid,
+    pub value: fn(&StatusRow) -> Option<pg_sys::Datum>,
+}
 
-    pub(super) fn v3(self) -> ShapeV3 {
-        (
-            self.name,
-            self.namespace,
-            self.distributor,
-            self.instance_id,
-            self.state,
-            self.machine_id,
-            self.expires_at,
-            self.last_renewed_at,
-            self.last_error,
-            self.watermark,
-            self.epoch,
-            self.time_unit,
-            self.timestamp_bits,
-            self.machine_bits,
-            self.sequence_bits,
-            self.sequence_reset_threshold,
-            self.last_timestamp,
-            self.ids_issued,
-            self.next_tick_waits,
-            self.clock_backwards_waits,
-            self.clock_backwards_errors,
-            self.safe_guard_duration,
-            self.guarder_delay,
-            self.clock_backwards_spin_threshold,
-            self.clock_backwards_broken_threshold,
-        )
-    }
+/// Declares every column of `cosid.status` once, in the order of the view: the field of
+/// [`StatusRow`] that holds it, its Rust type (which gives its SQL type), and the version that
+/// added it. A column is added at the end (the update replaces the view in place, and
+/// CREATE OR REPLACE VIEW may only add columns there), and filled in by [`status_rows`]; the
+/// SQL of its version declares it (`status.rs`, and the update script).
+macro_rules! status_columns {
+    ($($(#[doc = $doc:literal])* $field:ident: $type:ty, $since:ident;)*) => {
+        /// One row of `cosid.status`, with every column any of its shapes has.
+        pub(super) struct StatusRow {
+            $($(#[doc = $doc])* $field: $type,)*
+        }
 
-    pub(super) fn v2(self) -> ShapeV2 {
-        (
-            self.namespace,
-            self.distributor,
-            self.instance_id,
-            self.state,
-            self.machine_id,
-            self.expires_at,
-            self.last_renewed_at,
-            self.last_error,
-            self.watermark,
-            self.epoch,
-            self.time_unit,
-            self.timestamp_bits,
-            self.machine_bits,
-            self.sequence_bits,
-            self.sequence_reset_threshold,
-            self.last_timestamp,
-            self.ids_issued,
-            self.next_tick_waits,
-            self.clock_backwards_waits,
-            self.clock_backwards_errors,
-            self.safe_guard_duration,
-            self.guarder_delay,
-            self.clock_backwards_spin_threshold,
-            self.clock_backwards_broken_threshold,
-        )
-    }
+        /// Every column of `cosid.status`, in the order of the view.
+        pub(super) static COLUMNS: &[Column] = &[$(Column {
+            name: stringify!($field),
+            since: Since::$since,
+            type_oid: <$type as IntoDatum>::type_oid,
+            value: |row| row.$field.clone().into_datum(),
+        }),*];
+    };
+}
 
-    pub(super) fn v1(self) -> ShapeV1 {
-        (
-            self.namespace,
-            self.distributor,
-            self.instance_id,
-            self.state,
-            self.machine_id,
-            self.expires_at,
-            self.last_renewed_at,
-            self.last_error,
-            self.watermark,
-            self.epoch,
-            self.time_unit,
-            self.timestamp_bits,
-            self.machine_bits,
-            self.sequence_bits,
-            self.sequence_reset_threshold,
-            self.last_timestamp,
-            self.ids_issued,
-            self.next_tick_waits,
-            self.clock_backwards_waits,
-            self.clock_backwards_errors,
-        )
-    }
+status_columns! {
+    name: String, V0_3_0;
+    namespace: text_arg::ServerText, V0_1_0;
+    distributor: String, V0_1_0;
+    instance_id: Option<String>, V0_1_0;
+    state: String, V0_1_0;
+    machine_id: Option<i32>, V0_1_0;
+    expires_at: Option<TimestampWithTimeZone>, V0_1_0;
+    last_renewed_at: Option<TimestampWithTimeZone>, V0_1_0;
+    last_error: Option<String>, V0_1_0;
+    watermark: Option<TimestampWithTimeZone>, V0_1_0;
+    epoch: TimestampWithTimeZone, V0_1_0;
+    time_unit: String, V0_1_0;
+    timestamp_bits: i32, V0_1_0;
+    machine_bits: i32, V0_1_0;
+    sequence_bits: i32, V0_1_0;
+    sequence_reset_threshold: i64, V0_1_0;
+    last_timestamp: Option<TimestampWithTimeZone>, V0_1_0;
+    ids_issued: i64, V0_1_0;
+    next_tick_waits: i64, V0_1_0;
+    clock_backwards_waits: i64, V0_1_0;
+    clock_backwards_errors: i64, V0_1_0;
+    safe_guard_duration: Option<Interval>, V0_2_0;
+    guarder_delay: Option<Interval>, V0_2_0;
+    clock_backwards_spin_threshold: Interval, V0_2_0;
+    clock_backwards_broken_threshold: Interval, V0_2_0;
+    /// When `cosid_next()` starts refusing unless a renewal succeeds first: the local deadline,
+    /// on the wall clock. NULL without a deadline (a fixed machine id, or cosid.fail_fast off)
+    /// and when the generator has no machine id (it refuses already).
+    deadline: Option<TimestampWithTimeZone>, V0_4_0;
+    /// The part of the safe guard kept back for clock skew: the deadline is the sending of the
+    /// last successful renewal plus safe_guard_duration minus this.
+    safe_guard_margin: Option<Interval>, V0_4_0;
+    /// Lease renewals that did not renew since the server started (the store failed, or the
+    /// lease was lost); NULL without a lease.
+    renewal_failures: Option<i64>, V0_5_0;
 }
 
 /// One row per live generator.

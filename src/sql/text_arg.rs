@@ -175,6 +175,7 @@ pgrx::impl_sql_translatable!(GeneratorName, arg_only = "text");
 /// encoding) converted to the encoding of the database it is shown in. A character that encoding
 /// does not have is shown as a `\uXXXX` escape, as messages show it, rather than as other
 /// characters or an error.
+#[derive(Clone)]
 pub struct ServerText(pub String);
 
 impl ServerText {
