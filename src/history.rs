@@ -54,7 +54,16 @@ pub fn leases_left_behind() -> Option<String> {
     LEASES_LEFT_BEHIND.lock().map_or(None, |left| left.clone())
 }
 
-pub fn open_default(namespace: &str, layout: &Layout, leases_in: Option<&str>) -> Opening {
+/// `before_recording` is what else can refuse the definition (the server's record of its named
+/// generators): asked after the checks that stop more than the default generator, and before the
+/// definition is recorded, since a definition refused issues nothing, and recorded it would be a
+/// change the next start has to wait out.
+pub fn open_default(
+    namespace: &str,
+    layout: &Layout,
+    leases_in: Option<&str>,
+    before_recording: impl FnOnce() -> Result<(), Opening>,
+) -> Opening {
     // SAFETY: plain flags the postmaster set before loading libraries.
     let (under_postmaster, binary_upgrade) =
         unsafe { (pg_sys::IsUnderPostmaster, pg_sys::IsBinaryUpgrade) };
@@ -63,7 +72,7 @@ pub fn open_default(namespace: &str, layout: &Layout, leases_in: Option<&str>) -
     // of its own. pg_upgrade's servers issue no id, and the old server's history is copied over
     // (docs/upgrading.md).
     if under_postmaster || binary_upgrade {
-        return Opening::Generate(None);
+        return before_recording().map_or_else(|refused| refused, |()| Opening::Generate(None));
     }
     let previous = match read() {
         Ok(previous) => previous,
@@ -91,6 +100,14 @@ pub fn open_default(namespace: &str, layout: &Layout, leases_in: Option<&str>) -
             .lock()
             .unwrap_or_else(|poison| poison.into_inner()) = Some(database);
         return Opening::Refuse(why);
+    }
+    if let Err(refused) = before_recording() {
+        // A crash-restart of a segment in which the definition ran: its last id is still
+        // recorded at the postmaster's exit, as it would have been.
+        if RUNNING.lock().map_or(true, |running| running.is_some()) {
+            register_exit_callback();
+        }
+        return refused;
     }
     match history::verdict(previous.as_ref(), namespace, layout, unix_ms_now()) {
         Verdict::Generate { floor_ms, record } => {

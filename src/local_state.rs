@@ -30,13 +30,20 @@ pub const GENERATION_FILE: &str = "cosid.generation";
 /// The names and namespaces of the server's named generators (`names.rs`).
 pub const NAMES_FILE: &str = "cosid.names";
 
+/// Every file of ours in the data directory, which pg_upgrade does not copy: what an operator
+/// copies from the old data directory into the new one before deleting the mark, in the words of
+/// the messages that say so.
+pub const COPIED_AFTER_UPGRADE: &str = "cosid.state, cosid.state.*, cosid.history, \
+    cosid.generation, cosid.names and cosid.store_timeline (those of them the old directory has)";
+
 /// Marks the new data directory of a pg_upgrade: the server runs in binary-upgrade mode, and
 /// pg_upgrade keeps its output there (`pg_upgrade_output.d`, since PostgreSQL 15), not in the
 /// old cluster's. pg_upgrade loads the library into the new cluster to check it, and preloads it
 /// when the cluster's settings say so; the first time marks the directory. A state file the new
 /// cluster wrote before (started once before the upgrade) is not this server's floor any more:
 /// it is put aside, so that only the old cluster's files, copied over, can give one. So is the
-/// default generator's history (`cosid.history`), which is the old cluster's to give.
+/// default generator's history (`cosid.history`), which is the old cluster's to give, and every
+/// other file of ours.
 pub fn mark_upgraded() -> Result<(), String> {
     use std::path::Path;
     if !Path::new("pg_upgrade_output.d").exists() || Path::new(UPGRADE_MARKER).exists() {
@@ -49,18 +56,25 @@ pub fn mark_upgraded() -> Result<(), String> {
         let hex_suffix = name
             .strip_prefix(&format!("{STATE_FILE}."))
             .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()));
-        if [STATE_FILE, HISTORY_FILE, GENERATION_FILE, NAMES_FILE].contains(&name.as_str())
-            || hex_suffix
-        {
+        let ours = [
+            STATE_FILE,
+            HISTORY_FILE,
+            GENERATION_FILE,
+            NAMES_FILE,
+            cosid_core::store_timeline::FILE,
+        ];
+        if ours.contains(&name.as_str()) || hex_suffix {
             let aside = format!("{name}.before-pg_upgrade");
             std::fs::rename(&name, &aside).map_err(|why| {
                 format!("could not rename \"{}\" to \"{aside}\": {why}", path(&name))
             })?;
         }
     }
-    let note = "This data directory was made by pg_upgrade, which does not copy cosid's state \
-                files (cosid.state and cosid.state.*). Copy them from the old data directory, \
-                then delete this file (see docs/upgrading.md).\n";
+    let note = format!(
+        "This data directory was made by pg_upgrade, which does not copy cosid's files. Copy \
+         {COPIED_AFTER_UPGRADE} from the old data directory, then delete this file, last \
+         (see docs/upgrading.md).\n"
+    );
     std::fs::write(UPGRADE_MARKER, note)
         .map_err(|why| format!("could not write \"{}\": {why}", path(UPGRADE_MARKER)))
 }

@@ -35,36 +35,47 @@ pub fn open_default(slot: &GeneratorSlot, settings: &ServerSettings) {
             _ => None,
         };
         // A namespace a named generator of this server used keeps its layout and its last id.
-        // Checked before the history records the definition: a definition refused here issues
-        // nothing, and recorded it would be a change the next start has to wait out.
-        let names_floor_ms = match crate::names::read() {
-            Ok(record) => match record.namespaces.get(&settings.namespace) {
-                Some(used) if used.layout != cosid_core::protocol::layout_text(&layout) => {
-                    let why = format!(
-                        "the default generator's namespace \"{}\" was used by a named generator of this server with another layout ({}), as cosid.names records: ids of two layouts in one namespace can coincide",
-                        settings.namespace, used.layout
-                    );
-                    return never_open(slot, LeaseProblem::History, &why);
-                }
-                Some(used) => used.last_ms,
-                None => None,
-            },
-            Err(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
-        };
-        let history_floor_ms = match history::open_default(&settings.namespace, &layout, leases_in)
-        {
-            Opening::Generate(floor_ms) => floor_ms,
-            Opening::Refuse(why) => return never_open(slot, LeaseProblem::History, &why),
-            Opening::Unusable(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
-        };
-        for floor_ms in [history_floor_ms, names_floor_ms].into_iter().flatten() {
-            // A floor past the layout's last tick leaves no id to issue; one before its epoch
-            // is below every id.
-            match layout.unix_ms_to_ticks(floor_ms) {
-                Ok(ticks) => slot.state.set_history_floor(ticks),
-                Err(TimeRangeError::AfterMaximum) => slot.state.set_history_floor(u64::MAX),
-                Err(TimeRangeError::BeforeEpoch) => {}
+        let mut names_floor_ticks = None;
+        let names_check = || -> Result<(), Opening> {
+            let record = crate::names::read().map_err(Opening::Unusable)?;
+            let Some(used) = record.namespaces.get(&settings.namespace) else {
+                return Ok(());
+            };
+            if used.layout != cosid_core::protocol::layout_text(&layout) {
+                return Err(Opening::Refuse(format!(
+                    "the default generator's namespace \"{}\" was used by a named generator of this server with another layout ({}), as cosid.names records: ids of two layouts in one namespace can coincide",
+                    settings.namespace, used.layout
+                )));
             }
+            names_floor_ticks = match used.last_ms.map(|ms| layout.unix_ms_to_ticks(ms)) {
+                Some(Err(TimeRangeError::AfterMaximum)) => {
+                    return Err(Opening::Refuse(format!(
+                        "no id of the default generator's layout is above the last id a named generator of this server issued in namespace \"{}\", as cosid.names records",
+                        settings.namespace
+                    )))
+                }
+                Some(Ok(ticks)) => Some(ticks),
+                Some(Err(TimeRangeError::BeforeEpoch)) | None => None,
+            };
+            Ok(())
+        };
+        let history_floor_ms =
+            match history::open_default(&settings.namespace, &layout, leases_in, names_check) {
+                Opening::Generate(floor_ms) => floor_ms,
+                Opening::Refuse(why) => return never_open(slot, LeaseProblem::History, &why),
+                Opening::Unusable(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
+            };
+        match history_floor_ms.map(|ms| layout.unix_ms_to_ticks(ms)) {
+            Some(Ok(ticks)) => slot.state.set_history_floor(ticks),
+            Some(Err(TimeRangeError::AfterMaximum)) => {
+                let why =
+                    "no id of the default generator's layout is above the ids its history records";
+                return never_open(slot, LeaseProblem::History, why);
+            }
+            Some(Err(TimeRangeError::BeforeEpoch)) | None => {}
+        }
+        if let Some(ticks) = names_floor_ticks {
+            slot.state.set_history_floor(ticks);
         }
     }
     match &settings.machine {

@@ -84,6 +84,6 @@ COMMENT ON FUNCTION cosid.lease_store_version() IS 'The version of the lease sto
         cosid_from_radix62_named,
         cosid_create_generator_v5,
         cosid_drop_generator,
-        cosid::generator_status_v5
+        "status_view"
     ]
 );

@@ -192,12 +192,13 @@ pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> Cosi
                     ", and restart the server"
                 };
                 format!(
-                "Copy cosid.state and cosid.state.* from the data directory pg_upgrade upgraded \
-             from into this one{then}; then delete {marker}. If that directory is lost, delete \
-             {marker} once you are sure this server's clock is past the timestamp of every id \
-             the old server issued.",
-                marker = crate::local_state::UPGRADE_MARKER
-            )
+                    "Copy {files} from the data directory pg_upgrade upgraded from into this \
+             one{then}; then delete {marker}, last. If that directory is lost, delete {marker} \
+             once you are sure this server's clock is past the timestamp of every id the old \
+             server issued.",
+                    files = crate::local_state::COPIED_AFTER_UPGRADE,
+                    marker = crate::local_state::UPGRADE_MARKER
+                )
             } else {
                 format!(
                 "Restore the file from a backup of the data directory. Or, once you are sure this \
@@ -219,10 +220,9 @@ pub(super) fn names_file_error(detail: &str) -> CosidError {
         ))
         .hint(if crate::local_state::missing_after_upgrade(crate::local_state::NAMES_FILE) {
             format!(
-                "Copy {names} and {generation} from the data directory pg_upgrade upgraded from into this one, with {history} and the state files, and restart the server; then delete {marker}. If the old directory has no {names} (no named generator ever ran there), delete {marker} once the other files are in place, and restart the server.",
+                "Copy {files} from the data directory pg_upgrade upgraded from into this one, and restart the server; then delete {marker}, last. If the old directory has no {names} (no named generator ever ran there), delete {marker} once the other files are in place, and restart the server.",
+                files = crate::local_state::COPIED_AFTER_UPGRADE,
                 names = crate::local_state::NAMES_FILE,
-                generation = crate::history::GENERATION_FILE,
-                history = crate::history::HISTORY_FILE,
                 marker = crate::local_state::UPGRADE_MARKER
             )
         } else {
@@ -256,10 +256,9 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                 ))
                 .hint(if crate::local_state::missing_after_upgrade(crate::history::HISTORY_FILE) {
                     format!(
-                        "Copy {file} from the data directory pg_upgrade upgraded from into this one, with {generation}, {names} (where they exist) and the state files, and restart the server; then delete {marker}. If the old directory has no {file} (cosid before 0.5.0) or is lost, delete {marker} once the state files are in place, and restart the server.",
+                        "Copy {files} from the data directory pg_upgrade upgraded from into this one, and restart the server; then delete {marker}, last. If the old directory has no {file} (cosid before 0.5.0) or is lost, delete {marker} once the other files are in place, and restart the server.",
+                        files = crate::local_state::COPIED_AFTER_UPGRADE,
                         file = crate::history::HISTORY_FILE,
-                        generation = crate::history::GENERATION_FILE,
-                        names = crate::local_state::NAMES_FILE,
                         marker = crate::local_state::UPGRADE_MARKER
                     )
                 } else {

@@ -200,5 +200,5 @@ GRANT EXECUTE ON FUNCTION cosid.generator_status() TO pg_monitor;
 GRANT SELECT ON TABLE cosid.status TO pg_monitor;
 "#,
     name = "status_view",
-    requires = [cosid::generator_status_v5]
+    requires = ["lease_store"]
 );

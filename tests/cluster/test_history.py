@@ -16,6 +16,8 @@ from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_fo
 COSID_EPOCH = "2019-12-24T16:00:00Z"
 EPOCH_MS = 1_577_203_200_000
 SHIFT_S = 5
+# How far ahead a clock runs for a while, in the tests that step it.
+AHEAD_S = 30
 
 
 def ids_of(sessions):
@@ -260,17 +262,18 @@ class DefaultGeneratorHistory(ClusterTest):
 
     def test_the_default_generator_in_a_namespace_a_named_generator_used(self):
         # The default generator opens in a namespace a named generator of this server used only
-        # with that namespace's layout, and then above its last id: machine id 7 of 'shop' was
-        # the named generator's, with the clock 5 s ahead, and neither the history (which knows
-        # only the default generator's namespaces) nor the state file (the server's, of another
-        # namespace) holds that floor; cosid.names does.
+        # with that namespace's layout, and then above its last id. Machine id 7 of 'shop' was
+        # the named generator's, with the clock 30 s ahead meanwhile; the default generator
+        # opened (namespace 'orders') and stopped with the clock right, so that neither its
+        # history nor its state file (of namespace 'orders') holds that floor: cosid.names does.
         fixed = {"cosid.distributor": "'manual'", "cosid.machine_id": "7"}
         cluster = self.track(Cluster("history-default-named", free_port(25187),
                                      {**fixed, "cosid.namespace": "'orders'"}).init())
         offset_file = cluster.base / "faketime"
-        cluster.env = fake_clock(offset_file, 5)
+        cluster.env = fake_clock(offset_file, 0)
         cluster.start()
         cluster.query("CREATE EXTENSION cosid")
+        set_clock_offset(offset_file, AHEAD_S)
         cluster.query("SELECT cosid_create_generator('clicks', namespace => 'shop')")
         wait_for(lambda: try_next(cluster, "SELECT cosid_next('clicks')")[0], 30, "clicks")
         clicks_ids = []
@@ -278,9 +281,11 @@ class DefaultGeneratorHistory(ClusterTest):
         while time.monotonic() - started < 2:
             clicks_ids += [int(v) for v in cluster.query(
                 "SELECT cosid_next('clicks') FROM generate_series(1, 2000)").split()]
-        cluster.stop()
         set_clock_offset(offset_file, 0)
-        # Another layout in that namespace: refused for as long as the server runs so.
+        cluster.stop()
+        # Another layout in that namespace: refused for as long as the server runs so, and not
+        # recorded (a definition recorded would be a change the next start waits out: two
+        # months for this one, of seconds, before the fix).
         cluster.settings = {**fixed, "cosid.namespace": "'shop'", "cosid.time_unit": "'second'",
                             "cosid.timestamp_bits": "31", "cosid.sequence_bits": "22"}
         cluster.write_settings()
@@ -292,7 +297,8 @@ class DefaultGeneratorHistory(ClusterTest):
         self.assertIn('namespace "shop" was used by a named generator of this server with '
                       'another layout', said)
         cluster.stop()
-        # Its layout: the default generator waits until its ids are above the named one's.
+        # Its layout: the default generator waits until its ids are above the named one's, half
+        # a minute ahead of this clock.
         cluster.settings = {**fixed, "cosid.namespace": "'shop'"}
         cluster.write_settings()
         cluster.start()
@@ -300,6 +306,7 @@ class DefaultGeneratorHistory(ClusterTest):
                                "was issued") as waiting:
             cluster.query("SELECT cosid_next()")
         self.assertEqual(waiting.exception.sqlstate, "55P03", waiting.exception.stderr)
+        set_clock_offset(offset_file, AHEAD_S + 5)
         wait_for(lambda: try_next(cluster, "SELECT cosid_next()")[0], 30,
                  "the default generator past the named generator's last id")
         default_ids = [int(v) for v in cluster.query(
@@ -423,3 +430,34 @@ class DefaultGeneratorHistory(ClusterTest):
         new_ids = [wait_for(lambda: try_next(cluster, sql)[0], 30, sql)
                    for sql in ("SELECT cosid_next()", "SELECT cosid_next('orders')")]
         self.assertGreater(min(new_ids), max(old_ids))
+
+    def test_leases_left_behind_are_waited_for_whatever_else_is_refused(self):
+        # After a crash, cosid.database moved and the default generator put in a named
+        # generator's namespace with another layout: the default generator is refused for both,
+        # and the leases left in db_a still keep every named generator from leasing in db_b (a
+        # review found the layout's refusal returning before the history set that rule).
+        cluster = self.track(lease_cluster("history-crash-both", 25188,
+                                           **{"cosid.database": "'db_a'"}))
+        cluster.query("CREATE DATABASE db_a")
+        cluster.query("CREATE EXTENSION cosid", db="db_a")
+        cluster.query("CREATE EXTENSION cosid")
+        wait_up(cluster)
+        cluster.query("SELECT cosid_create_generator('orders')", db="db_a")
+        wait_for(lambda: try_next(cluster, "SELECT cosid_next('orders')")[0], 30, "orders")
+        cluster.crash()
+        cluster.settings = {**FAST_LEASES, "cosid.database": "'db_b'",
+                            "cosid.namespace": "'orders'", "cosid.time_unit": "'second'",
+                            "cosid.timestamp_bits": "31", "cosid.sequence_bits": "22"}
+        cluster.write_settings()
+        cluster.start()
+        cluster.query("CREATE DATABASE db_b")
+        cluster.query("CREATE EXTENSION cosid", db="db_b")
+        cluster.query("SELECT cosid_create_generator('clicks')", db="db_b")
+        with self.assertRaises(SqlError) as refused:
+            cluster.query("SELECT cosid_next()")
+        said = refused.exception.stderr
+        self.assertEqual(refused.exception.sqlstate, "55000", said)
+        self.assertIn("the leases of the server's last run are in another database", said)
+        wait_for(lambda: "leased from another cosid.database's lease table" in cluster.log(), 30,
+                 "the named generator to be left out")
+        self.assertIsNone(try_next(cluster, "SELECT cosid_next('clicks')")[0])

@@ -27,6 +27,11 @@ STATE_FILES = ("cosid.state", "cosid.state." + b"orders".hex())
 # named generators' names and the number of the last writes of both.
 HISTORY_FILE = "cosid.history"
 RECORD_FILES = ("cosid.names", "cosid.generation")
+# Every refusal after pg_upgrade names every file of cosid to copy, the store's timeline too, and
+# the mark deleted last.
+COPY_HINT = ("Copy cosid.state, cosid.state.*, cosid.history, cosid.generation, cosid.names and "
+             "cosid.store_timeline (those of them the old directory has) from the data directory "
+             "pg_upgrade upgraded from into this one")
 
 
 def pg_config(version, what):
@@ -142,11 +147,10 @@ class PgUpgrade(ClusterTest):
                     # The history is read first: without it, no id of the default generator
                     # (a missing history is not taken for a first start).
                     self.assertIn("cosid cannot use the default generator's history file", said)
-                    self.assertIn("Copy cosid.history from the data directory", said)
+                    self.assertIn(COPY_HINT, said)
                 else:
                     self.assertIn("cosid cannot use its state file", said)
-                    self.assertIn("Copy cosid.state and cosid.state.* from the data directory",
-                                  said)
+                    self.assertIn(COPY_HINT, said)
                 continue
             self.fail(f"{generator} generated {got} after pg_upgrade without its state file, "
                       f"{'above' if int(got[0][0]) > max(issued[generator]) else 'below'} "
@@ -163,7 +167,7 @@ class PgUpgrade(ClusterTest):
         said = refused.exception.stderr
         self.assertEqual(refused.exception.sqlstate, "55000", said)
         self.assertIn("cosid cannot use the default generator's history file", said)
-        self.assertIn("Copy cosid.history from the data directory", said)
+        self.assertIn(COPY_HINT, said)
         new.stop()
         # The history copied too, the record of the names forgotten: while the mark is there, a
         # missing cosid.names is the old server's, and nothing that depends on it runs.
@@ -175,7 +179,7 @@ class PgUpgrade(ClusterTest):
         said = refused.exception.stderr
         self.assertEqual(refused.exception.sqlstate, "55000", said)
         self.assertIn("cosid cannot use the server's record of its generators' names", said)
-        self.assertIn("Copy cosid.names and cosid.generation from the data directory", said)
+        self.assertIn(COPY_HINT, said)
         with self.assertRaises(SqlError) as refused:
             new.query("SELECT cosid_create_generator('later')")
         self.assertEqual(refused.exception.sqlstate, "55000", refused.exception.stderr)

@@ -40,6 +40,7 @@ timing changes only where a call is refused, and in create_in_default_namespace,
 half the time reaches back to the default generator's last ids.
 """
 
+import json
 import os
 import random
 import re
@@ -58,7 +59,7 @@ from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, set_max_clock_lead, start_
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S
 from helpers.pgcluster import (PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres,
                                children_of, free_port, wait_for)
-from helpers.replication import HeldBack, start_standby
+from helpers.replication import HeldBack, start_standby, streaming_pids
 
 EPOCH_MS = 1_577_203_200_000
 
@@ -339,6 +340,24 @@ class Sequence:
         wait_for(lambda: primary.query("SELECT count(*) FROM pg_stat_replication "
                                        "WHERE state = 'streaming'") != "0", 30,
                  "the store's standby to stream")
+
+    def store_timeline_seen(self):
+        """The latest timeline of the store the server saw (cosid.store_timeline), 0 before any."""
+        try:
+            return int(json.loads((self.cluster.data / "cosid.store_timeline").read_text())
+                       ["timeline"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+
+    def hold_back(self):
+        """Replication of the store held back, once its standby streams (made again in place if
+        it does not: an earlier action may have replaced the primary under it)."""
+        primary, _ = self.stores
+        try:
+            wait_for(lambda: streaming_pids(primary), 30, "the store's standby to stream")
+        except TimeoutError:
+            self.make_standby_in_place()
+        return HeldBack(primary)
 
     def restart(self, **changes):
         """A clean stop, then a start with `changes`; a start refused puts the settings back."""
@@ -674,7 +693,7 @@ def store_failover(seq):
     if not seq.shared_store:
         return "no shared store: " + restore_old_lease_database(seq)
     primary, standby = seq.stores
-    held = HeldBack(primary)
+    held = seq.hold_back()
     try:
         seq.load(0.5)
     finally:
@@ -740,13 +759,32 @@ def store_failback(seq):
     new.query("SELECT pg_promote(true, 60)")
     wait_for(lambda: new.query("SELECT pg_is_in_recovery()") == "f", 60,
              "the store's standby to be promoted")
+    timeline_before = seq.store_timeline_seen()
     seq.load()
+    # Whether the server saw the promoted store (it does unless nothing of it leases): only then
+    # must it pass over the old primary.
+    try:
+        wait_for(lambda: seq.store_timeline_seen() > timeline_before, 15,
+                 "the server to see the promoted store")
+        saw_promotion = True
+    except TimeoutError:
+        saw_promotion = False
     new.crash()
     old.start()
     # The server must now refuse the old primary (a timeline it saw superseded): generation stops
     # at its lease's deadline, and a restart claims nothing there.
+    log_before = len(seq.cluster.log())
     said = seq.restart()
     seq.load()
+    if saw_promotion:
+        try:
+            wait_for(lambda: "older than timeline" in seq.cluster.log()[log_before:], 30,
+                     "the server to pass over the old primary")
+        except TimeoutError:
+            raise Failure(f"the server did not pass over the old primary {old.name}, on its "
+                          "old timeline") from None
+    else:
+        said += ", the promoted store not seen"
     old.crash()
     new.start()
     seq.stores = [new, old]
@@ -778,7 +816,7 @@ def forgotten_fast_holder(seq):
     seq.other_servers.append(holder)
     holder.env = {**fake_clock(holder.base / "faketime", ahead), "PGPASSWORD": FLEET_PASSWORD}
     # Held back before the holder starts: its lease worker claims at once.
-    held = HeldBack(primary)
+    held = seq.hold_back()
     try:
         holder.start()
         holder.query("CREATE EXTENSION cosid")
@@ -953,7 +991,7 @@ class OperatorFuzz(unittest.TestCase):
             seed_started = time.monotonic()
             try:
                 seq.run()
-            except (Failure, AssertionError, TimeoutError, SqlError) as error:
+            except (Failure, AssertionError, TimeoutError, SqlError, RuntimeError) as error:
                 seq.errors.append(f"step {seq.step}: {type(error).__name__}: {error}")
             finally:
                 seq.tear_down()

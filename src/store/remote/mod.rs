@@ -243,7 +243,8 @@ fn read_timeline_seen() -> Result<Option<TimelineSeen>, String> {
                 && crate::local_state::missing_after_upgrade(file) =>
         {
             Err(format!(
-                "the file \"{file}\" is missing, and \"{marker}\" says that pg_upgrade made this data directory: the latest timeline the old server saw its lease store on is in the old one's; no host of cosid.lease_store is used until it is copied from there (or, if the old server never leased from this store, until \"{marker}\" is deleted)",
+                "the file \"{file}\" is missing, and \"{marker}\" says that pg_upgrade made this data directory: the latest timeline the old server saw its lease store on is in the old one's; no host of cosid.lease_store is used until it is copied from there with the other files of cosid ({files}) and the server restarted (or, if the old server never leased from this store, until \"{marker}\" is deleted, last, once the other files are in place, and the server restarted)",
+                files = crate::local_state::COPIED_AFTER_UPGRADE,
                 marker = crate::local_state::UPGRADE_MARKER
             ))
         }
