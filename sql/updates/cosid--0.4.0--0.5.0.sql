@@ -101,23 +101,24 @@ AS 'MODULE_PATHNAME', 'cosid_create_generator_v5_wrapper';
 REVOKE ALL ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) FROM PUBLIC;
 COMMENT ON FUNCTION cosid_create_generator(text, text, text, integer, integer, integer, timestamptz, text, integer) IS 'Defines a named cosid generator, in the database cosid.database; usable from every database of the server within about a second. Superusers only.';
 
--- cosid.status gains renewal_failures, a counter for monitoring. Its function is a new C symbol
--- of the 0.5.0 library, and the view is replaced in place as the update to 0.4.0 replaced it:
--- refused first, nothing changed, while other objects use the function or return rows of the
--- view; the old function set aside, the new one created, the view pointed at it, the grants
+-- cosid.status gains renewal_failures, a counter for monitoring, and problem, a code. Its function
+-- is a new C symbol of the 0.5.0 library, and the view is replaced in place as the update to 0.4.0
+-- replaced it: refused first, nothing changed, while other objects use the function or return rows
+-- of the view; the old function set aside, the new one created, the view pointed at it, the grants
 -- of the old one carried over, the old one dropped.
 --@include updates/cosid--0.3.0--0.4.0.sql
 --@from DO $status$
 --@until CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 --@replace                   DETAIL = pg_catalog.format('cosid.status gains two columns in 0.4.0, and the function behind it is replaced. These objects would not survive it: %s.', v_dependents),
---@with                   DETAIL = pg_catalog.format('cosid.status gains a column in 0.5.0, and the function behind it is replaced. These objects would not survive it: %s.', v_dependents),
+--@with                   DETAIL = pg_catalog.format('cosid.status gains two columns in 0.5.0, and the function behind it is replaced. These objects would not survive it: %s.', v_dependents),
 --@replace ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_3_0;
 --@with ALTER FUNCTION cosid.generator_status() RENAME TO generator_status_0_4_0;
 --@include updates/cosid--0.3.0--0.4.0.sql
 --@from CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 --@until 	"safe_guard_margin" interval  /* Option < Interval > */
 	"safe_guard_margin" interval,  /* Option < Interval > */
-	"renewal_failures" bigint  /* Option < i64 > */
+	"renewal_failures" bigint,  /* Option < i64 > */
+	"problem" TEXT  /* Option < String > */
 )
 STRICT VOLATILE PARALLEL SAFE 
 LANGUAGE c /* Rust */
@@ -133,6 +134,7 @@ CREATE OR REPLACE VIEW cosid.status AS SELECT * FROM cosid.generator_status();
 --@with          WHERE p.oid = 'cosid.generator_status_0_4_0()'::pg_catalog.regprocedure
 --@replace DROP FUNCTION cosid.generator_status_0_3_0();
 --@with DROP FUNCTION cosid.generator_status_0_4_0();
+COMMENT ON COLUMN cosid.status.problem IS 'Why the generator is not UP, as a code for machines: exhausted, store_error, store_read_only, store_settling, lost, clock_behind, clock_ahead, history, state_file, settings, ...; NULL when UP or when the kind is not known.';
 COMMENT ON COLUMN cosid.status.renewal_failures IS 'Lease renewals that did not renew since the server started: the store failed (DOWN) or no longer showed the lease (LOST); NULL without a lease.';
 COMMENT ON FUNCTION cosid.generator_status() IS 'The rows of the view cosid.status.';
 REVOKE ALL ON FUNCTION cosid.generator_status() FROM PUBLIC;

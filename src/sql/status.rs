@@ -182,7 +182,8 @@ CREATE  FUNCTION cosid."generator_status"() RETURNS TABLE (
 	"clock_backwards_broken_threshold" interval,
 	"deadline" timestamp with time zone,
 	"safe_guard_margin" interval,
-	"renewal_failures" bigint
+	"renewal_failures" bigint,
+	"problem" TEXT
 )
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c
@@ -192,6 +193,7 @@ COMMENT ON VIEW cosid.status IS 'One row per cosid generator of this server: con
 COMMENT ON COLUMN cosid.status.deadline IS 'When cosid_next() starts refusing unless a lease renewal succeeds first; NULL when the generator has no machine id or no deadline.';
 COMMENT ON COLUMN cosid.status.safe_guard_margin IS 'The part of safe_guard_duration kept back for clock skew: the deadline is the last successful renewal''s sending plus safe_guard_duration minus this.';
 COMMENT ON COLUMN cosid.status.last_error IS 'Why the generator is not UP; to roles that are not superusers only the kind of problem, since a store error can name hosts and users.';
+COMMENT ON COLUMN cosid.status.problem IS 'Why the generator is not UP, as a code for machines: exhausted, store_error, store_read_only, store_settling, lost, clock_behind, clock_ahead, history, state_file, settings, ...; NULL when UP or when the kind is not known.';
 COMMENT ON COLUMN cosid.status.renewal_failures IS 'Lease renewals that did not renew since the server started: the store failed (DOWN) or no longer showed the lease (LOST); NULL without a lease.';
 -- Monitoring, as PostgreSQL's own statistics views: members of pg_monitor read the view (the
 -- function hides what only superusers may see); nobody else calls the function.

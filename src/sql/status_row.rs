@@ -99,6 +99,10 @@ status_columns! {
     /// Lease renewals that did not renew since the server started (the store failed, or the
     /// lease was lost); NULL without a lease.
     renewal_failures: Option<i64>, V0_5_0;
+    /// Why the generator is not UP, as a code for machines (`LeaseProblem::code`; `settings`
+    /// when the server's settings give it no machine id); NULL when UP or without a known
+    /// problem.
+    problem: Option<String>, V0_5_0;
 }
 
 /// One row per live generator.
@@ -133,9 +137,12 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
             // The timings in force: those the worker kept after checking every reload.
             let timing = lease.timing_ms().filter(|_| leased);
             let thresholds = shmem::backwards_policy();
-            let last_error = match no_machine_id() {
-                Some(why) => Some(why.detail()),
-                None => Some(lease_error_for(slot, full_errors)).filter(|text| !text.is_empty()),
+            let (last_error, problem) = match no_machine_id() {
+                Some(why) => (Some(why.detail()), Some("settings")),
+                None => (
+                    Some(lease_error_for(slot, full_errors)).filter(|text| !text.is_empty()),
+                    lease.problem().code(),
+                ),
             };
             // Read before last_renewed_at: the worker publishes a renewal before the deadline it
             // gives, so the deadline shown is never later than last_renewed_at allows.
@@ -182,6 +189,9 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
                     interval_ms(timing.margin_ms())
                 }),
                 renewal_failures: leased.then(|| lease.renewal_failures() as i64),
+                problem: problem
+                    .filter(|_| lease.state() != cosid_core::lease::LeaseState::Up)
+                    .map(str::to_string),
             }
         })
         .collect()

@@ -128,6 +128,12 @@ class Leases(ClusterTest):
         self.assertEqual(refused.exception.sqlstate, "53400")
         self.assertIn('no machine id left in namespace "cosid"', refused.exception.stderr)
         self.assertIn("All 2 machine ids of 1 machine bits", refused.exception.stderr)
+        # For machines, whatever the text: the problem's code.
+        self.assertEqual(cluster.query("SELECT problem FROM cosid.status"), "exhausted")
+        # Once a machine id is free, the generator is UP and has no problem.
+        cluster.query("SELECT cosid.lease_release('cosid', 1, 'b', 'tb', 0)")
+        wait_for(lambda: status(cluster)["state"] == "UP", 30, "the freed machine id claimed")
+        self.assertEqual(cluster.query("SELECT problem IS NULL FROM cosid.status"), "t")
 
     def test_expired_lease_is_taken_only_after_it_expires_by_the_store_clock(self):
         cluster = self.track(lease_cluster("lease-expiry", 25144, **{

@@ -178,7 +178,7 @@ class Upgrade(ClusterTest):
         self.assertIn(f"extension version {CURRENT}", fresh)
         self.assertNotEqual(before, fresh, "the test compares nothing")
         self.assertEqual(updated, fresh)
-        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 28)
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "updated")[0]), 29)
         # From 0.2.0, whose install script is kept: the same catalog as a fresh install.
         cluster.query("CREATE DATABASE from_020")
         cluster.query("CREATE EXTENSION cosid VERSION '0.2.0'", "from_020")

@@ -135,6 +135,29 @@ impl LeaseProblem {
         }
     }
 
+    /// The problem as a code for machines to read (`cosid.status.problem`): stable across
+    /// versions, unlike the texts. `None` for [`LeaseProblem::None`], which is no problem of a
+    /// known kind.
+    pub fn code(self) -> Option<&'static str> {
+        Some(match self {
+            LeaseProblem::None => return None,
+            LeaseProblem::Exhausted => "exhausted",
+            LeaseProblem::LayoutMismatch => "layout_mismatch",
+            LeaseProblem::ClockBehind => "clock_behind",
+            LeaseProblem::StoreError => "store_error",
+            LeaseProblem::Standby => "store_read_only",
+            LeaseProblem::NoExtension => "store_not_installed",
+            LeaseProblem::Lost => "lost",
+            LeaseProblem::ShuttingDown => "shutting_down",
+            LeaseProblem::OwnLeaseLive => "own_lease_live",
+            LeaseProblem::StateFile => "state_file",
+            LeaseProblem::StoreSettling => "store_settling",
+            LeaseProblem::History => "history",
+            LeaseProblem::HistoryFile => "history_file",
+            LeaseProblem::ClockAhead => "clock_ahead",
+        })
+    }
+
     pub fn from_u8(value: u8) -> LeaseProblem {
         match value {
             1 => LeaseProblem::Exhausted,
@@ -301,6 +324,28 @@ impl Default for GeneratorStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_problem_has_its_own_code_and_survives_its_number() {
+        let mut codes = std::collections::BTreeSet::new();
+        for value in 0..=u8::MAX {
+            let problem = LeaseProblem::from_u8(value);
+            if problem == LeaseProblem::None {
+                assert_eq!(problem.code(), None);
+                continue;
+            }
+            assert_eq!(problem as u8, value);
+            let code = problem
+                .code()
+                .expect("a problem of a known kind has a code");
+            assert!(
+                code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{code}"
+            );
+            assert!(codes.insert(code), "{code} twice");
+        }
+        assert_eq!(codes.len(), 14);
+    }
 
     #[test]
     fn text_is_cut_at_a_character_boundary() {
