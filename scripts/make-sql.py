@@ -141,6 +141,10 @@ def make(out_dir):
     """Writes every made and copied file into out_dir; the names written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     names = []
+    missing = sorted(name for name in RELEASED if not (UPDATES / name).is_file())
+    if missing:
+        raise SourceError(f"sql/updates/ has no {', '.join(missing)}: a released update script "
+                          "is shipped for good (databases are on its version)")
     for source in sorted(UPDATES.glob("*.sql")):
         expected = RELEASED.get(source.name)
         if expected is None:

@@ -111,6 +111,8 @@ pub fn state_file(slot: &GeneratorSlot) -> String {
 pub fn open_fixed(slot: &GeneratorSlot, machine_id: u32) {
     let layout = slot.config().layout;
     if let Err(why) = layout.check_machine_id(machine_id) {
+        // Of no kind the status has a code for: a stale one must not stay.
+        slot.status.set_problem(LeaseProblem::None);
         slot.status.set_state(LeaseState::Stopped);
         slot.status.last_error.store(&format!(
             "the machine id does not fit generator \"{}\": {why}",
@@ -126,6 +128,7 @@ pub fn open_fixed(slot: &GeneratorSlot, machine_id: u32) {
                 slot.status.set_state(LeaseState::Up);
             }
             Err(why) => {
+                slot.status.set_problem(LeaseProblem::None);
                 slot.status.set_state(LeaseState::Stopped);
                 slot.status.last_error.store(&why.to_string());
             }

@@ -149,7 +149,7 @@ fn shape_error(why: String) -> CosidError {
     .detail(format!(
         "The result type of cosid.generator_status() was changed: {why}."
     ))
-    .hint("Update the extension (ALTER EXTENSION cosid UPDATE), or create it again.")
+    .hint("If the extension is of an older version than the library, update it (ALTER EXTENSION cosid UPDATE); otherwise drop it and create it again.")
 }
 
 extension_sql!(

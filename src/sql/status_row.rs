@@ -2,7 +2,7 @@
 //! rows, read from shared memory. Each version's SQL declares its own shape (`status.rs`).
 
 use super::convert::{interval_ms, known_time, timestamptz};
-use super::refusals::{lease_error_for, no_machine_id};
+use super::refusals::{error_shown, no_machine_id};
 use super::text_arg;
 use crate::clock::ServerClock;
 use crate::error::OrRaise;
@@ -137,11 +137,19 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
             // The timings in force: those the worker kept after checking every reload.
             let timing = lease.timing_ms().filter(|_| leased);
             let thresholds = shmem::backwards_policy();
+            // State, problem and text read together, the state first (the worker writes it
+            // last), so that a row never pairs one state with another's problem.
+            let snapshot = lease.snapshot();
             let (last_error, problem) = match no_machine_id() {
                 Some(why) => (Some(why.detail()), Some("settings")),
                 None => (
-                    Some(lease_error_for(slot, full_errors)).filter(|text| !text.is_empty()),
-                    lease.problem().code(),
+                    Some(error_shown(
+                        &snapshot.last_error,
+                        snapshot.problem,
+                        full_errors,
+                    ))
+                    .filter(|text| !text.is_empty()),
+                    snapshot.problem.code(),
                 ),
             };
             // Read before last_renewed_at: the worker publishes a renewal before the deadline it
@@ -158,7 +166,7 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
                 namespace: text_arg::ServerText(slot.namespace().to_string()),
                 distributor: slot.distributor().name().to_string(),
                 instance_id: leased.then(|| shmem::instance_id().to_string()),
-                state: lease.state().name().to_string(),
+                state: snapshot.state.name().to_string(),
                 machine_id,
                 expires_at: known_time(lease.expires_at_ms()),
                 last_renewed_at: known_time(lease.last_renewed_at_ms()),
@@ -190,7 +198,7 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
                 }),
                 renewal_failures: leased.then(|| lease.renewal_failures() as i64),
                 problem: problem
-                    .filter(|_| lease.state() != cosid_core::lease::LeaseState::Up)
+                    .filter(|_| snapshot.state != cosid_core::lease::LeaseState::Up)
                     .map(str::to_string),
             }
         })

@@ -214,8 +214,47 @@ class Upgrade(ClusterTest):
         self.assertEqual(cluster.query("SELECT public.cosid_machine()", "from_030"), "3")
         self.assertEqual(cluster.rows("SELECT name, deadline IS NULL FROM cosid.status",
                                       "from_030"), [["default", "t"]])
+        # From 0.4.0: its cosid.status, of 27 columns, is served until the update.
+        cluster.query("CREATE DATABASE from_040")
+        cluster.query("CREATE EXTENSION cosid VERSION '0.4.0'", "from_040")
+        self.assertEqual(len(cluster.rows("SELECT * FROM cosid.status", "from_040")[0]), 27)
+        cluster.query("ALTER EXTENSION cosid UPDATE", "from_040")
+        self.assertEqual(catalog(cluster, "from_040"), fresh)
         cosid_next = int(cluster.query("SELECT cosid_next()", "updated"))
         self.assertEqual(machine_of(cosid_next), 3)
+
+    def test_a_status_function_of_a_shape_no_version_declared_is_refused(self):
+        # The library fills the columns the calling SQL declares, by name: a declaration that is
+        # no version's is refused, never filled with other columns' values.
+        cluster = self.track(Cluster("upgrade-shape", free_port(25602),
+                                     {"cosid.distributor": "manual", "cosid.machine_id": 3}))
+        cluster.init()
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        columns = cluster.query("SELECT pg_get_function_result('cosid.generator_status()'"
+                                "::regprocedure)")
+        shapes = {
+            "an unknown column": columns.replace("problem text", "bogus text"),
+            "a column of another type": columns.replace("problem text", "problem integer"),
+            "a column left out": columns.replace(", problem text", ""),
+            "columns in another order": columns.replace("(name text, namespace text",
+                                                        "(namespace text, name text", 1),
+        }
+        for what, shape in shapes.items():
+            self.assertNotEqual(shape, columns, what)
+            cluster.query("CREATE FUNCTION public.tampered() RETURNS " + shape + " LANGUAGE c "
+                          "AS '$libdir/cosid', 'generator_status_v5_wrapper'")
+            with self.assertRaises(SqlError, msg=what) as refused:
+                cluster.query("SELECT * FROM public.tampered()")
+            self.assertEqual(refused.exception.sqlstate, "42804", refused.exception.stderr)
+            self.assertIn("is not declared as any version of cosid declares it",
+                          refused.exception.stderr)
+            cluster.query("DROP FUNCTION public.tampered()")
+        # The declaration itself is served.
+        cluster.query("CREATE FUNCTION public.tampered() RETURNS " + columns + " LANGUAGE c "
+                      "AS '$libdir/cosid', 'generator_status_v5_wrapper'")
+        self.assertEqual(cluster.query("SELECT name, machine_id FROM public.tampered()"),
+                         "default|3")
 
     def test_what_users_built_on_cosid_status_survives_the_update_or_is_named(self):
         install_old_scripts()

@@ -353,9 +353,7 @@ class Sequence:
         """Replication of the store held back, once its standby streams (made again in place if
         it does not: an earlier action may have replaced the primary under it)."""
         primary, _ = self.stores
-        try:
-            wait_for(lambda: streaming_pids(primary), 30, "the store's standby to stream")
-        except TimeoutError:
+        if not eventually(lambda: streaming_pids(primary), 30):
             self.make_standby_in_place()
         return HeldBack(primary)
 
@@ -480,6 +478,17 @@ class Sequence:
     def action_list(self):
         return f"start: {self.first}; " + "; ".join(
             f"{i}: {done}" for i, done in enumerate(self.done))
+
+
+def eventually(predicate, timeout):
+    """Whether predicate() is true within timeout seconds (asked every 50 ms); unlike wait_for,
+    not being so is an answer, not a failure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
 
 
 # -- the actions: each takes the sequence, does one thing, and says what in a few words ---------
@@ -763,12 +772,7 @@ def store_failback(seq):
     seq.load()
     # Whether the server saw the promoted store (it does unless nothing of it leases): only then
     # must it pass over the old primary.
-    try:
-        wait_for(lambda: seq.store_timeline_seen() > timeline_before, 15,
-                 "the server to see the promoted store")
-        saw_promotion = True
-    except TimeoutError:
-        saw_promotion = False
+    saw_promotion = eventually(lambda: seq.store_timeline_seen() > timeline_before, 15)
     new.crash()
     old.start()
     # The server must now refuse the old primary (a timeline it saw superseded): generation stops
@@ -777,12 +781,9 @@ def store_failback(seq):
     said = seq.restart()
     seq.load()
     if saw_promotion:
-        try:
-            wait_for(lambda: "older than timeline" in seq.cluster.log()[log_before:], 30,
-                     "the server to pass over the old primary")
-        except TimeoutError:
+        if not eventually(lambda: "older than timeline" in seq.cluster.log()[log_before:], 30):
             raise Failure(f"the server did not pass over the old primary {old.name}, on its "
-                          "old timeline") from None
+                          "old timeline")
     else:
         said += ", the promoted store not seen"
     old.crash()
