@@ -892,12 +892,14 @@ def kill_backend(seq):
             except ProcessLookupError:
                 # It ended between the query and the kill (its cosid_next() refused): the
                 # sleeping victim is next.
-                victim.wait(timeout=30)
+                wait_for(lambda: victim.poll() is not None, 30, "the victim's psql to end")
                 continue
-            victim.wait(timeout=30)
+            if not eventually(lambda: victim.poll() is not None, 30):
+                victim.kill()
+                raise Failure(f"the victim's psql did not end after kill -9 of backend {pids[0]}")
             cluster.wait_reinitialised(log_before)
             return f"while {'generating' if sql is victims[0] else 'sleeping'}, {call}"
-        victim.wait(timeout=30)
+        wait_for(lambda: victim.poll() is not None, 30, "the victim's psql to end")
     raise Failure("no backend to kill")
 
 

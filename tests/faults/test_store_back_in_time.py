@@ -19,8 +19,8 @@ import subprocess
 import time
 import unittest
 
-from helpers.failover import (ONE_MACHINE_ID, SAFE_GUARD_S, STOPPED, TIMINGS, FailoverScenario,
-                              print_results)
+from helpers.failover import (EXPECTED, ONE_MACHINE_ID, SAFE_GUARD_S, STOPPED, TIMINGS,
+                              FailoverScenario, print_results)
 from helpers.faults import fake_clock
 from helpers.fleet import Proxy, fleet_server, set_max_clock_lead, start_store
 from helpers.leases import status
@@ -162,8 +162,11 @@ class StoreBackInTime(FailoverScenario, unittest.TestCase):
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             # The restore took the holder's claim back.
             self.assertEqual(self.store.query("SELECT count(*) FROM cosid.machine_lease"), "0")
+        # While pg_restore drops and creates the store's functions, a call may find an older
+        # protocol or none: refused (55000), as the store is not usable then, until it commits.
         self.run_scenario("older dump restored over the store", self.holder_claimed,
-                          self.going_back(restore_over), AFTER_S)
+                          self.going_back(restore_over), AFTER_S,
+                          expected=EXPECTED | {"55000"})
 
     def test_a_failback_to_the_old_primary(self):
         # The holder lists host=P,Q; the claimer reaches the primary through the proxy, which

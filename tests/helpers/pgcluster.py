@@ -333,9 +333,13 @@ class Cluster:
         return [line.split("|") for line in out.splitlines()] if out else []
 
     def backend_pids(self, like):
+        """The client backends running a query LIKE `like`. Not an earlier lookup's own backend,
+        which can linger (its text matches too), exited but not yet reaped: a kill of it does
+        nothing."""
         return [int(pid) for (pid,) in self.rows(
             "SELECT pid FROM pg_stat_activity WHERE query LIKE "
-            f"'{like}' AND pid <> pg_backend_pid()")]
+            f"'{like}' AND pid <> pg_backend_pid() AND state = 'active' "
+            "AND backend_type = 'client backend' AND query NOT LIKE '%pg_stat_activity%'")]
 
 
 class ClusterTest(unittest.TestCase):
