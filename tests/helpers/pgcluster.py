@@ -333,9 +333,9 @@ class Cluster:
         return [line.split("|") for line in out.splitlines()] if out else []
 
     def backend_pids(self, like):
-        """The client backends running a query LIKE `like`. Not an earlier lookup's own backend,
-        which can linger (its text matches too), exited but not yet reaped: a kill of it does
-        nothing."""
+        """The client backends running a query LIKE `like`: not an earlier lookup's own backend
+        (its text matches too), which can still be listed while it ends. In CI a kill -9 of the
+        first pid found once left the victim running, with no crash in the server log."""
         return [int(pid) for (pid,) in self.rows(
             "SELECT pid FROM pg_stat_activity WHERE query LIKE "
             f"'{like}' AND pid <> pg_backend_pid() AND state = 'active' "
