@@ -439,6 +439,42 @@ pub fn decode_readiness(rows: &[Vec<Value>]) -> Result<StoreProtocol, MalformedA
     })
 }
 
+/// Why a call to the store brought no usable answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// No host of the store takes writes: it is read-only, not unreachable, and waiting for a
+    /// writable primary is the fix.
+    ReadOnly,
+    /// Not reached, timed out, or the call failed; the sentence says why (never a password).
+    Failed(String),
+    /// It answered, but not as the protocol promises.
+    Malformed(MalformedAnswer),
+}
+
+impl StoreError {
+    pub fn failed(why: impl Into<String>) -> StoreError {
+        StoreError::Failed(why.into())
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::ReadOnly => f.write_str(
+                "every host of cosid.lease_store is read-only (a hot standby, or default_transaction_read_only on)",
+            ),
+            StoreError::Failed(why) => f.write_str(why),
+            StoreError::Malformed(why) => why.fmt(f),
+        }
+    }
+}
+
+impl From<MalformedAnswer> for StoreError {
+    fn from(why: MalformedAnswer) -> StoreError {
+        StoreError::Malformed(why)
+    }
+}
+
 /// Whether the store can be used yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Readiness {
@@ -462,10 +498,14 @@ pub trait LeaseStore {
     /// The longest any one call may take.
     fn set_timeout(&mut self, timeout: Duration);
     /// Runs one call; its rows, each value read as the call's column says.
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String>;
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError>;
 
-    fn readiness(&mut self) -> Result<Readiness, String> {
-        self.installed_protocol()
+    /// A store that takes no writes is read-only, not unreachable: `cosid.status` says so.
+    fn readiness(&mut self) -> Result<Readiness, StoreError> {
+        match self.installed_protocol() {
+            Err(StoreError::ReadOnly) => Ok(Readiness::ReadOnly),
+            other => other,
+        }
     }
 
     /// What the store passed over since it was last asked, for the server log: a host of the
@@ -475,13 +515,12 @@ pub trait LeaseStore {
     }
 
     /// Which version's protocol the store has.
-    fn installed_protocol(&mut self) -> Result<Readiness, String> {
-        Ok(match decode_readiness(&self.run(&readiness())?) {
-            Ok(StoreProtocol::Current) => Readiness::Ready,
-            Ok(StoreProtocol::Older) => Readiness::Outdated,
-            Ok(StoreProtocol::Absent) => Readiness::NoExtension,
-            Ok(StoreProtocol::Untrusted) => Readiness::Untrusted,
-            Err(why) => return Err(why.to_string()),
+    fn installed_protocol(&mut self) -> Result<Readiness, StoreError> {
+        Ok(match decode_readiness(&self.run(&readiness())?)? {
+            StoreProtocol::Current => Readiness::Ready,
+            StoreProtocol::Older => Readiness::Outdated,
+            StoreProtocol::Absent => Readiness::NoExtension,
+            StoreProtocol::Untrusted => Readiness::Untrusted,
         })
     }
 
@@ -491,9 +530,9 @@ pub trait LeaseStore {
         safe_guard_ms: u64,
         token: u64,
         watermark_ms: i64,
-    ) -> Result<ClaimOutcome, String> {
+    ) -> Result<ClaimOutcome, StoreError> {
         let rows = self.run(&claim(holder, safe_guard_ms, token, watermark_ms))?;
-        decode_claim(&rows, holder.machine_bits).map_err(|e| e.to_string())
+        Ok(decode_claim(&rows, holder.machine_bits)?)
     }
 
     /// `Ok(None)`: the lease is lost.
@@ -505,7 +544,7 @@ pub trait LeaseStore {
         safe_guard_ms: u64,
         watermark_ms: i64,
         live_until_ms: u64,
-    ) -> Result<Option<Renewed>, String> {
+    ) -> Result<Option<Renewed>, StoreError> {
         let call = renew(
             holder,
             machine_id,
@@ -514,7 +553,7 @@ pub trait LeaseStore {
             watermark_ms,
             live_until_ms,
         );
-        decode_renew(&self.run(&call)?).map_err(|e| e.to_string())
+        Ok(decode_renew(&self.run(&call)?)?)
     }
 
     /// Whether the lease was still this holder's.
@@ -524,9 +563,9 @@ pub trait LeaseStore {
         machine_id: u32,
         token: u64,
         watermark_ms: i64,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, StoreError> {
         let call = release(holder, machine_id, token, watermark_ms);
-        decode_release(&self.run(&call)?).map_err(|e| e.to_string())
+        Ok(decode_release(&self.run(&call)?)?)
     }
 }
 
@@ -537,10 +576,10 @@ impl<T: LeaseStore + ?Sized> LeaseStore for Box<T> {
     fn set_timeout(&mut self, timeout: Duration) {
         (**self).set_timeout(timeout)
     }
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError> {
         (**self).run(call)
     }
-    fn readiness(&mut self) -> Result<Readiness, String> {
+    fn readiness(&mut self) -> Result<Readiness, StoreError> {
         (**self).readiness()
     }
     fn take_notice(&mut self) -> Option<String> {
@@ -557,10 +596,10 @@ impl<T: LeaseStore + ?Sized> LeaseStore for std::rc::Rc<std::cell::RefCell<T>> {
     fn set_timeout(&mut self, timeout: Duration) {
         self.borrow_mut().set_timeout(timeout)
     }
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError> {
         self.borrow_mut().run(call)
     }
-    fn readiness(&mut self) -> Result<Readiness, String> {
+    fn readiness(&mut self) -> Result<Readiness, StoreError> {
         self.borrow_mut().readiness()
     }
     fn take_notice(&mut self) -> Option<String> {

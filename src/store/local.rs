@@ -11,7 +11,9 @@ use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 use pgrx::PgTryBuilder;
 
-use cosid_core::protocol::{live_before, Call, Kind, LeaseStore, Param, Readiness, Value};
+use cosid_core::protocol::{
+    live_before, Call, Kind, LeaseStore, Param, Readiness, StoreError, Value,
+};
 use std::time::Duration;
 
 // PostgreSQL arms statement_timeout only for statements a client sends, never for SPI calls in a
@@ -150,7 +152,7 @@ impl LeaseStore for LocalStore {
         self.timeout = timeout;
     }
 
-    fn readiness(&mut self) -> Result<Readiness, String> {
+    fn readiness(&mut self) -> Result<Readiness, StoreError> {
         // SAFETY: RecoveryInProgress only reads shared state.
         if unsafe { pg_sys::RecoveryInProgress() } {
             return Ok(Readiness::ReadOnly);
@@ -158,7 +160,7 @@ impl LeaseStore for LocalStore {
         self.installed_protocol()
     }
 
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError> {
         let call = call.clone();
         let timeout_ms = self.timeout.as_millis() as u64;
         in_transaction(self.timeout, move |client| {
@@ -190,6 +192,7 @@ impl LeaseStore for LocalStore {
             }
             Ok(rows)
         })
+        .map_err(StoreError::Failed)
     }
 }
 

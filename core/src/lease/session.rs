@@ -40,7 +40,7 @@ use super::{
 };
 use crate::generator::GeneratorState;
 use crate::layout::{format_unix_ms, Layout};
-use crate::protocol::{ClaimOutcome, ClaimedHow, Holder, LeaseStore, Readiness};
+use crate::protocol::{ClaimOutcome, ClaimedHow, Holder, LeaseStore, Readiness, StoreError};
 use crate::state_file::StateRecord;
 use std::time::Duration;
 
@@ -607,7 +607,10 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             Readiness::Ready => (LeaseProblem::None, String::new()),
             Readiness::ReadOnly if remote => (
                 LeaseProblem::Standby,
-                "every host of cosid.lease_store is read-only (a hot standby, or default_transaction_read_only on): waiting for a writable primary; list every host that can become the store's primary in cosid.lease_store".to_string(),
+                format!(
+                    "{}: waiting for a writable primary; list every host that can become the store's primary in cosid.lease_store",
+                    StoreError::ReadOnly
+                ),
             ),
             Readiness::ReadOnly => (
                 LeaseProblem::Standby,
@@ -876,13 +879,12 @@ mod tests {
     const START_MONO_MS: u64 = 50_000;
     const TOKEN: u64 = 0xfeed;
 
-    type Answer = Result<Vec<Vec<Value>>, String>;
+    type Answer = Result<Vec<Vec<Value>>, StoreError>;
 
     /// A store that answers each kind of call from its own script and records every call.
     #[derive(Default)]
     struct ScriptedStore {
         remote: bool,
-        read_only: bool,
         readiness: VecDeque<Answer>,
         claims: VecDeque<Answer>,
         renewals: VecDeque<Answer>,
@@ -906,12 +908,6 @@ mod tests {
         }
         fn set_timeout(&mut self, timeout: Duration) {
             self.timeouts.push(timeout);
-        }
-        fn readiness(&mut self) -> Result<Readiness, String> {
-            if self.read_only {
-                return Ok(Readiness::ReadOnly);
-            }
-            self.installed_protocol()
         }
         fn run(&mut self, call: &Call) -> Answer {
             self.calls.push(call.clone());
@@ -1291,8 +1287,8 @@ mod tests {
         let watermark = START_WALL_MS + 10_000;
         let mut store = store_with_claims([claimed("expired", 4, watermark), claimed("new", 6, 0)]);
         store.releases = VecDeque::from([
-            Err("connection reset".to_string()),
-            Err("still down".to_string()),
+            Err(StoreError::failed("connection reset")),
+            Err(StoreError::failed("still down")),
         ]);
         let mut session = shared.session(store, ScriptedEnv::default());
         session.step();
@@ -1377,9 +1373,9 @@ mod tests {
     fn a_session_backs_off_while_the_store_does_not_answer_and_not_after() {
         let shared = Shared::new();
         let store = store_with_claims([
-            Err("connection refused".to_string()),
-            Err("connection refused".to_string()),
-            Err("connection refused".to_string()),
+            Err(StoreError::failed("connection refused")),
+            Err(StoreError::failed("connection refused")),
+            Err(StoreError::failed("connection refused")),
             refused("exhausted", Value::Null),
             refused("exhausted", Value::Null),
         ]);
@@ -1404,8 +1400,10 @@ mod tests {
     fn a_claim_whose_answer_was_lost_is_sent_again_with_the_same_token() {
         let shared = Shared::new();
         let mut store = store_with_claims([
-            Err("the lease store did not answer a call (1000 ms allowed) in time".to_string()),
-            Err("connection refused".to_string()),
+            Err(StoreError::failed(
+                "the lease store did not answer a call (1000 ms allowed) in time",
+            )),
+            Err(StoreError::failed("connection refused")),
             claimed("own", 3, 0),
             claimed("new", 1, 0),
         ]);
@@ -1445,8 +1443,8 @@ mod tests {
         let shared = Shared::new();
         let mut store = store_with_claims([]);
         store.readiness = VecDeque::from([
-            Err("could not connect".to_string()),
-            Err("could not connect".to_string()),
+            Err(StoreError::failed("could not connect")),
+            Err(StoreError::failed("could not connect")),
         ]);
         let mut session = shared.session(store, ScriptedEnv::default());
         session.step();
@@ -1477,8 +1475,11 @@ mod tests {
             let shared = Shared::new();
             let mut store = store_with_claims([]);
             store.remote = remote;
-            store.read_only = read_only;
-            store.readiness = VecDeque::from([Ok(bools(&protocol))]);
+            store.readiness = VecDeque::from([if read_only {
+                Err(StoreError::ReadOnly)
+            } else {
+                Ok(bools(&protocol))
+            }]);
             let mut session = shared.session(store, ScriptedEnv::default());
             session.step();
             assert_eq!(shared.status.state(), LeaseState::Stopped, "{text}");
@@ -1523,7 +1524,9 @@ mod tests {
     fn a_failed_renewal_keeps_the_old_deadline_and_recovers() {
         let shared = Shared::new();
         let mut store = store_with_claims([claimed("new", 5, 0)]);
-        store.renewals = VecDeque::from([Err("the lease store did not answer in time".into())]);
+        store.renewals = VecDeque::from([Err(StoreError::failed(
+            "the lease store did not answer in time",
+        ))]);
         let mut session = shared.session(store, ScriptedEnv::default());
         session.step();
         session.env.advance(1_000);
@@ -1564,7 +1567,7 @@ mod tests {
     fn a_failed_renewal_is_tried_again_within_a_second_whatever_the_period() {
         let shared = Shared::new();
         let mut store = store_with_claims([claimed("new", 5, 0)]);
-        store.renewals = VecDeque::from([Err("connection closed".into()), Ok(vec![])]);
+        store.renewals = VecDeque::from([Err(StoreError::failed("connection closed")), Ok(vec![])]);
         let slow = LeaseTiming {
             safe_guard_ms: 20_000,
             guarder_delay_ms: 5_000,
@@ -1592,10 +1595,10 @@ mod tests {
         let mut store = store_with_claims([claimed("new", 5, 0)]);
         store.renewals = VecDeque::from([
             Ok(renewed(5_000)),
-            Err("the lease store did not answer in time".into()),
-            Err("the lease store did not answer in time".into()),
-            Err("the lease store did not answer in time".into()),
-            Err("the lease store did not answer in time".into()),
+            Err(StoreError::failed("the lease store did not answer in time")),
+            Err(StoreError::failed("the lease store did not answer in time")),
+            Err(StoreError::failed("the lease store did not answer in time")),
+            Err(StoreError::failed("the lease store did not answer in time")),
             Ok(vec![]),
         ]);
         let mut session = shared.session(store, ScriptedEnv::default());
@@ -1791,7 +1794,7 @@ mod tests {
     fn a_failed_release_at_shutdown_is_logged() {
         let shared = Shared::new();
         let mut store = store_with_claims([claimed("new", 5, 0)]);
-        store.releases = VecDeque::from([Err("connection refused".into())]);
+        store.releases = VecDeque::from([Err(StoreError::failed("connection refused"))]);
         let mut session = shared.session(store, ScriptedEnv::default());
         session.step();
         session.shutdown();

@@ -1,7 +1,8 @@
 //! Connecting to the shared store: TLS as the connection string asks, the hosts tried in order as
 //! libpq tries them, each session set up and checked to take writes.
 
-use super::{describe, RemoteStore, READ_ONLY};
+use super::{describe, RemoteStore};
+use cosid_core::protocol::StoreError;
 use cosid_core::store_client::TlsCheck;
 use cosid_core::store_timeline::{self, Judgement};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
@@ -51,7 +52,7 @@ impl RemoteStore {
     /// the session set-up included, so that a host that accepts connections and never answers
     /// costs only its own time. A host in recovery (a hot standby) or otherwise read-only is
     /// passed over, whatever `target_session_attrs` says: the lease store must take writes.
-    pub(super) fn connect(&mut self) -> Result<(), String> {
+    pub(super) fn connect(&mut self) -> Result<(), StoreError> {
         let mut failures = Vec::new();
         let mut read_only = 0;
         for index in 0..self.conninfo.hosts.len() {
@@ -71,11 +72,14 @@ impl RemoteStore {
             }
         }
         Err(if failures.is_empty() && read_only > 0 {
-            READ_ONLY.to_string()
+            StoreError::ReadOnly
         } else if read_only > 0 {
-            format!("{}; {read_only} host(s) read-only", failures.join("; "))
+            StoreError::Failed(format!(
+                "{}; {read_only} host(s) read-only",
+                failures.join("; ")
+            ))
         } else {
-            failures.join("; ")
+            StoreError::Failed(failures.join("; "))
         })
     }
 

@@ -20,7 +20,7 @@ mod conninfo;
 
 use conninfo::ConnInfo;
 use cosid_core::conninfo::redact;
-use cosid_core::protocol::{live_before, Call, Kind, LeaseStore, Param, Readiness, Value};
+use cosid_core::protocol::{live_before, Call, Kind, LeaseStore, Param, StoreError, Value};
 use cosid_core::store_timeline::{self, TimelineSeen};
 use std::time::Duration;
 use tokio_postgres::types::ToSql;
@@ -47,10 +47,6 @@ pub struct RemoteStore {
     /// A host passed over since the session last asked (`LeaseStore::take_notice`).
     notice: Option<String>,
 }
-
-/// The error of a store string none of whose hosts takes writes.
-pub const READ_ONLY: &str =
-    "every host of cosid.lease_store is read-only (a hot standby, or default_transaction_read_only on)";
 
 /// Why a round trip did not complete.
 enum Cut {
@@ -117,29 +113,32 @@ impl RemoteStore {
 
     /// Runs a statement, connecting first if needed. Its error never holds the password, even
     /// where a server or a library quotes it.
-    fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, String> {
+    fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
         self.query_unredacted(sql, params)
             .map_err(|why| self.redacted(why))
     }
 
-    /// The text with every host's password masked.
-    fn redacted(&self, text: String) -> String {
-        self.conninfo.hosts.iter().fold(text, |text, config| {
+    /// The error with every host's password masked.
+    fn redacted(&self, error: StoreError) -> StoreError {
+        let StoreError::Failed(text) = error else {
+            return error;
+        };
+        StoreError::Failed(self.conninfo.hosts.iter().fold(text, |text, config| {
             let password = config.get_password().unwrap_or_default();
             redact(&text, &String::from_utf8_lossy(password))
-        })
+        }))
     }
 
     fn query_unredacted(
         &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, String> {
+    ) -> Result<Vec<Row>, StoreError> {
         if self.client.is_none() {
             self.connect()?;
         }
         let Some(client) = self.client.as_ref() else {
-            return Err("the lease store is not connected".to_string());
+            return Err(StoreError::failed("the lease store is not connected"));
         };
         let timeout = self.timeout;
         let result = self.bounded(timeout, client.query(sql, params));
@@ -149,12 +148,15 @@ impl RemoteStore {
                 // Any failure starts again on a new connection: the host may have become a
                 // standby, or another host of the string the primary.
                 self.client = None;
-                Err(describe(error))
+                Err(StoreError::Failed(describe(error)))
             }
             Err(cut) => {
                 // The connection may be stuck: start again with a new one.
                 self.client = None;
-                Err(cut.describe(&format!("a call ({} ms allowed)", timeout.as_millis())))
+                Err(StoreError::Failed(cut.describe(&format!(
+                    "a call ({} ms allowed)",
+                    timeout.as_millis()
+                ))))
             }
         }
     }
@@ -173,16 +175,7 @@ impl LeaseStore for RemoteStore {
         self.notice.take()
     }
 
-    /// A store none of whose hosts takes writes is read-only, not unreachable: `cosid.status`
-    /// says so.
-    fn readiness(&mut self) -> Result<Readiness, String> {
-        match self.installed_protocol() {
-            Err(why) if why == READ_ONLY => Ok(Readiness::ReadOnly),
-            other => other,
-        }
-    }
-
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, String> {
+    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError> {
         // Connected first: a parameter decided as the call is sent is decided once the hosts
         // were tried.
         if self.client.is_none() {
@@ -210,16 +203,16 @@ impl LeaseStore for RemoteStore {
         rows.iter()
             .map(|row| {
                 if row.len() != call.columns.len() {
-                    return Err(format!(
+                    return Err(StoreError::Failed(format!(
                         "the lease store answered with {} columns instead of {}",
                         row.len(),
                         call.columns.len()
-                    ));
+                    )));
                 }
                 call.columns
                     .iter()
                     .enumerate()
-                    .map(|(index, kind)| read_value(row, index, *kind))
+                    .map(|(index, kind)| read_value(row, index, *kind).map_err(StoreError::Failed))
                     .collect()
             })
             .collect()
@@ -244,7 +237,7 @@ fn read_timeline_seen() -> Result<Option<TimelineSeen>, String> {
         {
             Err(format!(
                 "the file \"{file}\" is missing, and \"{marker}\" says that pg_upgrade made this data directory: the latest timeline the old server saw its lease store on is in the old one's; no host of cosid.lease_store is used until it is copied from there with the other files of cosid ({files}) and the server restarted (or, if the old server never leased from this store, until \"{marker}\" is deleted, last, once the other files are in place, and the server restarted)",
-                files = crate::local_state::COPIED_AFTER_UPGRADE,
+                files = crate::local_state::copied_after_upgrade(),
                 marker = crate::local_state::UPGRADE_MARKER
             ))
         }
