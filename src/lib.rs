@@ -69,7 +69,7 @@ pub extern "C-unwind" fn _PG_init() {
         settings::MachineSource::Leased(_) => worker::lease::register(),
         settings::MachineSource::Fixed(_) => {
             worker::state::register();
-            worker::generators::register();
+            worker::named::register();
         }
     }
     // pg_upgrade drops and creates the new cluster's empty databases, cosid.database too, then

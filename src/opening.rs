@@ -13,6 +13,9 @@
 //!   ids until they are gone, and the history records its exact last one at the postmaster's
 //!   exit.
 //! - Its state file is the server's (`cosid.state`), not one named after its namespace.
+//!
+//! Elsewhere these rules are asked of this module ([`opened_by_its_worker`],
+//! [`stays_open_at_stop`], [`state_file`], [`refused_until_restart`]), never spelt again.
 
 use crate::history::{self, Opening};
 use crate::local_state;
@@ -93,6 +96,40 @@ fn never_open(slot: &GeneratorSlot, problem: LeaseProblem, why: &str) {
     slot.status.set_problem(problem);
     slot.status.last_error.store(why);
     slot.status.set_state(LeaseState::Stopped);
+}
+
+/// Whether the opening refused the generator for as long as the server runs: its history
+/// refused the default generator's definition or could not be used ([`never_open`]), or, with
+/// a fixed machine id, its state file could not be read exactly ([`open_fixed`]). Nothing
+/// opens it again, nothing overwrites the file it could not use, and no other trouble replaces
+/// the reason in its status: it is why no id is issued.
+pub fn refused_until_restart(slot: &GeneratorSlot, machine: Machine) -> bool {
+    match slot.status.problem() {
+        LeaseProblem::History | LeaseProblem::HistoryFile => true,
+        // A stable leased instance reads its state file again before each claim.
+        LeaseProblem::StateFile => machine == Machine::Fixed,
+        _ => false,
+    }
+}
+
+/// How a generator's machine id comes, for the rules that differ between the two.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    Leased,
+    Fixed,
+}
+
+/// Whether a worker opens the generator when it starts running it: the postmaster opened the
+/// default one already ([`open_default`]).
+pub fn opened_by_its_worker(slot: &GeneratorSlot) -> bool {
+    !slot.is_default()
+}
+
+/// Whether the generator stays open as its worker stops at shutdown: backends may still issue
+/// the default generator's ids until they are gone, and its history records its exact last one
+/// at the postmaster's exit. A named generator is closed first, and its floor is then exact.
+pub fn stays_open_at_stop(slot: &GeneratorSlot) -> bool {
+    slot.is_default()
 }
 
 /// The state file of a generator's namespace.

@@ -109,7 +109,7 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     }
     if snapshot.problem == LeaseProblem::Exhausted {
         let bits = slot.config().layout.machine_bits();
-        let named = slot.name() != shmem::DEFAULT_NAME;
+        let named = !slot.is_default();
         let (bits_setting, raise) = if named {
             (
                 format!("generator \"{}\"", slot.name()),
@@ -145,12 +145,6 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     error.detail(refusal.detail).hint(refusal.hint)
 }
 
-/// The state file of the slot's namespace.
-pub(super) fn state_file_of(slot: &shmem::GeneratorSlot) -> String {
-    let named = slot.name() != shmem::DEFAULT_NAME;
-    crate::local_state::file_for(named.then(|| slot.namespace()))
-}
-
 /// The local state file could not be read exactly when the generator was to be opened (fixed
 /// machine id) or a machine id claimed (stable instance): the floor it holds is unknown.
 /// `error` is the text the lease status holds (the snapshot's).
@@ -167,7 +161,7 @@ pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> Cosi
     let (message, why) = if unsafe { pg_sys::superuser() } {
         let message = format!(
             "cosid cannot use its state file \"{}\"",
-            crate::local_state::path(&state_file_of(slot))
+            crate::local_state::path(&crate::opening::state_file(slot))
         );
         (message, error.to_string())
     } else {
@@ -185,7 +179,7 @@ pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> Cosi
             slot.namespace()
         ))
         .hint(
-            if crate::local_state::missing_after_upgrade(&state_file_of(slot)) {
+            if crate::local_state::missing_after_upgrade(&crate::opening::state_file(slot)) {
                 let then = if leased {
                     ": the background worker then claims a machine id within a second"
                 } else {
@@ -196,7 +190,7 @@ pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> Cosi
              one{then}; then delete {marker}, last. If that directory is lost, delete {marker} \
              once you are sure this server's clock is past the timestamp of every id the old \
              server issued.",
-                    files = crate::local_state::COPIED_AFTER_UPGRADE,
+                    files = crate::local_state::copied_after_upgrade(),
                     marker = crate::local_state::UPGRADE_MARKER
                 )
             } else {
@@ -208,8 +202,6 @@ pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> Cosi
         )
 }
 
-/// The refusal of a default generator whose history forbids its definition, or whose ids must
-/// still wait to be above those of its previous definition (`crate::history`).
 /// The refusal when the server's record of its named generators' names (`cosid.names`) cannot
 /// be used: `detail` says why, as a sentence.
 pub(super) fn names_file_error(detail: &str) -> CosidError {
@@ -221,7 +213,7 @@ pub(super) fn names_file_error(detail: &str) -> CosidError {
         .hint(if crate::local_state::missing_after_upgrade(crate::local_state::NAMES_FILE) {
             format!(
                 "Copy {files} from the data directory pg_upgrade upgraded from into this one, and restart the server; then delete {marker}, last. If the old directory has no {names} (no named generator ever ran there), delete {marker} once the other files are in place, and restart the server.",
-                files = crate::local_state::COPIED_AFTER_UPGRADE,
+                files = crate::local_state::copied_after_upgrade(),
                 names = crate::local_state::NAMES_FILE,
                 marker = crate::local_state::UPGRADE_MARKER
             )
@@ -234,8 +226,10 @@ pub(super) fn names_file_error(detail: &str) -> CosidError {
         })
 }
 
+/// The refusal of a default generator whose history forbids its definition, or whose ids must
+/// still wait to be above those of its previous definition (`crate::history`).
 pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
-    if slot.name() != shmem::DEFAULT_NAME {
+    if !slot.is_default() {
         return None;
     }
     const SETTINGS: &str = "cosid.namespace, cosid.epoch, cosid.time_unit, cosid.timestamp_bits, \
@@ -257,7 +251,7 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                 .hint(if crate::local_state::missing_after_upgrade(crate::history::HISTORY_FILE) {
                     format!(
                         "Copy {files} from the data directory pg_upgrade upgraded from into this one, and restart the server; then delete {marker}, last. If the old directory has no {file} (cosid before 0.5.0) or is lost, delete {marker} once the other files are in place, and restart the server.",
-                        files = crate::local_state::COPIED_AFTER_UPGRADE,
+                        files = crate::local_state::copied_after_upgrade(),
                         file = crate::history::HISTORY_FILE,
                         marker = crate::local_state::UPGRADE_MARKER
                     )

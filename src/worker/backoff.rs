@@ -5,6 +5,7 @@
 //! generators worker never run on the same server.
 
 use super::signals::{shutdown_requested, sleep_unless_shutdown};
+use crate::opening;
 use crate::shmem::{self, GeneratorSlot};
 use cosid_core::lease::LeaseProblem;
 use pgrx::bgworkers::BackgroundWorker;
@@ -23,14 +24,9 @@ pub fn connect(worker: &str, database: &str, reported: Option<&GeneratorSlot>) -
             "the {worker} could not connect to database \"{database}\" (cosid.database); the server log says why, for example that it does not exist; trying again every {} s",
             wait_ms / 1_000
         );
-        // A history that refuses the default generator keeps saying so: it is why no id is
-        // issued whether the worker connects or not.
-        if let Some(slot) = reported.filter(|slot| {
-            !matches!(
-                slot.status.problem(),
-                LeaseProblem::History | LeaseProblem::HistoryFile
-            )
-        }) {
+        if let Some(slot) =
+            reported.filter(|slot| !opening::refused_until_restart(slot, opening::Machine::Leased))
+        {
             slot.status.last_error.store(&text);
             slot.status.set_problem(LeaseProblem::StoreError);
         }

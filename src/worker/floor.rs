@@ -8,7 +8,6 @@
 use crate::host::boottime_ms;
 use crate::shmem::GeneratorSlot;
 use crate::{local_state, opening, settings};
-use cosid_core::lease::LeaseProblem;
 use cosid_core::state_file::StateRecord;
 use pgrx::prelude::*;
 
@@ -24,7 +23,7 @@ impl<'a> FloorWriter<'a> {
     /// The writer of a generator's floor; a live named generator not open yet is opened above
     /// its floor first (the postmaster opened the default one).
     pub fn new(slot: &'a GeneratorSlot, machine_id: u32) -> FloorWriter<'a> {
-        if !slot.is_default() && slot.is_live() && !slot.state.is_open() {
+        if opening::opened_by_its_worker(slot) && slot.is_live() && !slot.state.is_open() {
             opening::open_fixed(slot, machine_id);
         }
         FloorWriter {
@@ -65,15 +64,12 @@ impl<'a> FloorWriter<'a> {
     /// padded. A file whose floor is unknown, or that a refused history left closed, is left as
     /// it is: overwriting it would lose the floor for good.
     pub fn stop(&mut self) {
-        let was_open = self.slot.state.is_open();
-        let left_alone = matches!(
-            self.slot.status.problem(),
-            LeaseProblem::StateFile | LeaseProblem::History | LeaseProblem::HistoryFile
-        );
-        if !was_open && left_alone {
+        if !self.slot.state.is_open()
+            && opening::refused_until_restart(self.slot, opening::Machine::Fixed)
+        {
             return;
         }
-        let record = if self.slot.is_default() {
+        let record = if opening::stays_open_at_stop(self.slot) {
             let interval_ms = settings::local_state_interval_ms();
             local_state::record(
                 self.slot.namespace(),

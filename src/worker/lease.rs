@@ -7,7 +7,7 @@
 //! worker: generation stays safe through the local deadline, and comes back when a renewal
 //! succeeds.
 
-use super::runner::{Generators, Runs, SharedStore, Source};
+use super::runner::{Runner, Runs, SharedStore, Source};
 use super::signals::shutdown_requested;
 use super::{attach_signal_handlers, backoff, exit_worker, run};
 use crate::settings::{self, MachineSource};
@@ -55,7 +55,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         default: true,
         named: true,
     };
-    let Some(mut generators) = Generators::new(settings, Source::Leased(store), runs) else {
+    let Some(mut generators) = Runner::new(settings, Source::Leased(store), runs) else {
         return;
     };
     run(&mut generators, true);

@@ -3,7 +3,7 @@
 //!
 //! - [`lease`]: every generator, with leased machine ids (`cosid.distributor = lease`).
 //! - [`state`]: the default generator, with a fixed machine id (`manual`, `stateful_set`).
-//! - [`generators`]: the named generators, with a fixed machine id.
+//! - [`named`]: the named generators, with a fixed machine id (the "cosid generators worker").
 //!
 //! The first two are the slot 0 workers: exactly one of them runs, and it alone puts reloaded
 //! clock thresholds in force.
@@ -12,8 +12,8 @@ mod backoff;
 mod definitions;
 mod env;
 mod floor;
-pub mod generators;
 pub mod lease;
+pub mod named;
 mod runner;
 mod signals;
 pub mod state;
@@ -25,7 +25,7 @@ use pgrx::bgworkers::{
 };
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use runner::Generators;
+use runner::Runner;
 use signals::{shutdown_requested, wait_latch_ms};
 use std::time::Duration;
 
@@ -81,7 +81,7 @@ fn reload_if_signalled() -> bool {
 /// Runs the generators until the server shuts down or the postmaster dies: each is stepped when
 /// due, and at shutdown stopped. A slot 0 worker also puts the clock thresholds in force, at its
 /// start and after each reload.
-fn run(generators: &mut Generators, sets_thresholds: bool) -> ! {
+fn run(generators: &mut Runner, sets_thresholds: bool) -> ! {
     let mut thresholds = Thresholds { ignored: None };
     if sets_thresholds {
         thresholds.apply();

@@ -3,7 +3,7 @@
 //! `cosid.database` that does not exist stops the named generators only. With a leased machine
 //! id the lease worker runs them instead.
 
-use super::runner::{Generators, Runs, Source};
+use super::runner::{Runner, Runs, Source};
 use super::{attach_signal_handlers, backoff, exit_worker, run};
 use crate::settings::{self, MachineSource};
 use pgrx::bgworkers::BgWorkerStartTime;
@@ -37,7 +37,7 @@ pub extern "C-unwind" fn cosid_generators_worker_main(_arg: pg_sys::Datum) {
         default: false,
         named: true,
     };
-    let Some(mut generators) = Generators::new(settings, Source::Fixed(machine_id), runs) else {
+    let Some(mut generators) = Runner::new(settings, Source::Fixed(machine_id), runs) else {
         return;
     };
     run(&mut generators, false);

@@ -60,17 +60,19 @@ enum Claims {
     Now,
 }
 
-enum Runner<'a> {
+/// What keeps a generator's machine id valid: its lease session, or the writer of its floor.
+enum Keeper<'a> {
     Leased(Box<Session<'a, SharedStore, ServerEnv>>, Claims),
     Fixed(FloorWriter<'a>),
 }
 
 struct Entry<'a> {
     slot: &'a GeneratorSlot,
-    runner: Runner<'a>,
+    keeper: Keeper<'a>,
 }
 
-pub struct Generators<'a> {
+/// The generators one worker runs, each with its keeper.
+pub struct Runner<'a> {
     settings: &'static ServerSettings,
     source: Source,
     /// The default generator is the first entry, when this process runs it.
@@ -82,19 +84,19 @@ pub struct Generators<'a> {
     last_logged: String,
 }
 
-impl<'a> Generators<'a> {
+impl<'a> Runner<'a> {
     pub fn new(
         settings: &'static ServerSettings,
         source: Source,
         runs: Runs,
-    ) -> Option<Generators<'a>> {
+    ) -> Option<Runner<'a>> {
         let named = if runs.named {
             shmem::set_manager_pid(std::process::id() as i32);
             Some(shmem::named_slots(settings).ok()?)
         } else {
             None
         };
-        let mut generators = Generators {
+        let mut generators = Runner {
             settings,
             source,
             runs_default: runs.default,
@@ -105,9 +107,9 @@ impl<'a> Generators<'a> {
             last_logged: String::new(),
         };
         if runs.default {
-            let entry = generators.runner_for(shmem::default_generator().ok()?);
+            let entry = generators.entry_for(shmem::default_generator().ok()?);
             // The default session checked the timings: the others take the ones it kept.
-            if let Runner::Leased(session, _) = &entry.runner {
+            if let Keeper::Leased(session, _) = &entry.keeper {
                 generators.timing = session.timing();
             }
             generators.entries.push(entry);
@@ -161,7 +163,7 @@ impl<'a> Generators<'a> {
     pub fn reload(&mut self, timing: LeaseTiming) {
         let mut timing = timing;
         for entry in &mut self.entries {
-            if let Runner::Leased(session, _) = &mut entry.runner {
+            if let Keeper::Leased(session, _) = &mut entry.keeper {
                 session.reload(timing);
                 timing = session.timing();
             }
@@ -172,13 +174,13 @@ impl<'a> Generators<'a> {
     /// At server shutdown: every generator stops and gives its machine id back exactly.
     pub fn shutdown(&mut self) {
         for entry in &mut self.entries {
-            match &mut entry.runner {
-                Runner::Leased(session, claims) => {
+            match &mut entry.keeper {
+                Keeper::Leased(session, claims) => {
                     if *claims == Claims::Now {
                         session.shutdown();
                     }
                 }
-                Runner::Fixed(floor) => floor.stop(),
+                Keeper::Fixed(floor) => floor.stop(),
             }
         }
     }
@@ -238,19 +240,19 @@ impl<'a> Generators<'a> {
                     let slot = &named[index];
                     let mut entry = match self.entry_of(slot) {
                         Some(position) => self.entries.remove(position),
-                        None => self.runner_for(slot),
+                        None => self.entry_for(slot),
                     };
                     entry.retire();
                 }
                 Step::TakeOver { slot, .. } => {
-                    let entry = self.runner_for(&named[slot]);
+                    let entry = self.entry_for(&named[slot]);
                     self.entries.push(entry);
                 }
                 Step::Revive { slot, .. } => {
                     let slot = &named[slot];
                     fresh_status(slot);
                     slot.revive();
-                    let entry = self.runner_for(slot);
+                    let entry = self.entry_for(slot);
                     self.entries.push(entry);
                 }
                 Step::Publish { slot, definition } => {
@@ -261,7 +263,7 @@ impl<'a> Generators<'a> {
                         definitions[definition],
                         crate::shmem::floor_ms_for(&rows[definition].namespace).max(floor_ms),
                     );
-                    let entry = self.runner_for(slot);
+                    let entry = self.entry_for(slot);
                     self.entries.push(entry);
                 }
                 Step::NoRoom(definition) => self.note(format!(
@@ -281,8 +283,8 @@ impl<'a> Generators<'a> {
             .position(|entry| std::ptr::eq(entry.slot, slot))
     }
 
-    fn runner_for(&self, slot: &'a GeneratorSlot) -> Entry<'a> {
-        let runner = match &self.source {
+    fn entry_for(&self, slot: &'a GeneratorSlot) -> Entry<'a> {
+        let keeper = match &self.source {
             Source::Leased(store) => {
                 let stable = match &self.settings.machine {
                     MachineSource::Leased(lease_settings) => lease_settings.stable,
@@ -301,10 +303,7 @@ impl<'a> Generators<'a> {
                 let database = &self.settings.database;
                 let mut session = Session::new(shared, holder, database, store.clone(), env);
                 session.start(self.timing);
-                let claims = if matches!(
-                    slot.status.problem(),
-                    LeaseProblem::History | LeaseProblem::HistoryFile
-                ) {
+                let claims = if opening::refused_until_restart(slot, opening::Machine::Leased) {
                     warning!(
                         "cosid: the default generator generates no id: {}",
                         slot.status.last_error.load()
@@ -313,11 +312,11 @@ impl<'a> Generators<'a> {
                 } else {
                     Claims::Later { said: false }
                 };
-                Runner::Leased(Box::new(session), claims)
+                Keeper::Leased(Box::new(session), claims)
             }
-            Source::Fixed(machine_id) => Runner::Fixed(FloorWriter::new(slot, *machine_id)),
+            Source::Fixed(machine_id) => Keeper::Fixed(FloorWriter::new(slot, *machine_id)),
         };
-        let mut entry = Entry { slot, runner };
+        let mut entry = Entry { slot, keeper };
         entry.check_floor();
         entry
     }
@@ -334,22 +333,22 @@ fn fresh_status(slot: &GeneratorSlot) {
 impl Entry<'_> {
     fn step(&mut self) {
         self.check_floor();
-        match &mut self.runner {
-            Runner::Leased(session, Claims::Now) => {
+        match &mut self.keeper {
+            Keeper::Leased(session, Claims::Now) => {
                 if boottime_ms() >= session.next_wake_ms() {
                     session.step();
                 }
             }
-            Runner::Leased(..) => {}
-            Runner::Fixed(floor) => floor.step(),
+            Keeper::Leased(..) => {}
+            Keeper::Fixed(floor) => floor.step(),
         }
     }
 
     fn next_wake_ms(&self) -> u64 {
-        match &self.runner {
-            Runner::Leased(session, Claims::Now) => session.next_wake_ms(),
-            Runner::Leased(..) => u64::MAX,
-            Runner::Fixed(floor) => floor.next_wake_ms(),
+        match &self.keeper {
+            Keeper::Leased(session, Claims::Now) => session.next_wake_ms(),
+            Keeper::Leased(..) => u64::MAX,
+            Keeper::Fixed(floor) => floor.next_wake_ms(),
         }
     }
 
@@ -357,7 +356,7 @@ impl Entry<'_> {
     /// namespace issued before) claims once the floor is within the broken threshold of the
     /// clock.
     fn check_floor(&mut self) {
-        let Runner::Leased(_, claims) = &mut self.runner else {
+        let Keeper::Leased(_, claims) = &mut self.keeper else {
             return;
         };
         let Claims::Later { said } = claims else {
@@ -382,19 +381,19 @@ impl Entry<'_> {
     /// The generator was dropped: it is closed, and its machine id given back with the exact
     /// last timestamp issued.
     fn retire(&mut self) {
-        match &mut self.runner {
-            Runner::Leased(session, _) => {
+        match &mut self.keeper {
+            Keeper::Leased(session, _) => {
                 session.shutdown();
                 self.slot.status.set_problem(LeaseProblem::None);
             }
-            Runner::Fixed(floor) => floor.stop(),
+            Keeper::Fixed(floor) => floor.stop(),
         }
         self.slot.status.set_state(LeaseState::Stopped);
         self.slot
             .status
             .last_error
             .store("the generator was dropped");
-        if let Runner::Leased(session, _) = &mut self.runner {
+        if let Keeper::Leased(session, _) = &mut self.keeper {
             session.note(
                 LogLevel::Log,
                 format!("cosid: generator \"{}\" was dropped", self.slot.name()),

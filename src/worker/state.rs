@@ -4,11 +4,10 @@
 //! unusable, or the history refused the definition, the generator stays closed and nothing is
 //! written: the file is the only record of the floor.
 
-use super::runner::{Generators, Runs, Source};
+use super::runner::{Runner, Runs, Source};
 use super::{attach_signal_handlers, run};
 use crate::settings::{self, MachineSource};
-use crate::shmem;
-use cosid_core::lease::LeaseProblem;
+use crate::{opening, shmem};
 use pgrx::bgworkers::BgWorkerStartTime;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -34,10 +33,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
     let MachineSource::Fixed(machine_id) = settings.machine else {
         return;
     };
-    if matches!(
-        slot.status.problem(),
-        LeaseProblem::StateFile | LeaseProblem::History | LeaseProblem::HistoryFile
-    ) {
+    if opening::refused_until_restart(slot, opening::Machine::Fixed) {
         // Nothing to do until the server is restarted.
         warning!(
             "cosid: {}; no id is generated and the file is left as it is",
@@ -48,7 +44,7 @@ pub extern "C-unwind" fn cosid_state_worker_main(_arg: pg_sys::Datum) {
         default: true,
         named: false,
     };
-    let Some(mut generators) = Generators::new(settings, Source::Fixed(machine_id), runs) else {
+    let Some(mut generators) = Runner::new(settings, Source::Fixed(machine_id), runs) else {
         return;
     };
     run(&mut generators, true);
