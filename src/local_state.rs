@@ -30,11 +30,27 @@ pub const GENERATION_FILE: &str = "cosid.generation";
 /// The names and namespaces of the server's named generators (`names.rs`).
 pub const NAMES_FILE: &str = "cosid.names";
 
-/// Every file of ours in the data directory, which pg_upgrade does not copy: what an operator
-/// copies from the old data directory into the new one before deleting the mark, in the words of
-/// the messages that say so.
-pub const COPIED_AFTER_UPGRADE: &str = "cosid.state, cosid.state.*, cosid.history, \
-    cosid.generation, cosid.names and cosid.store_timeline (those of them the old directory has)";
+/// Every file of ours in the data directory but the namespaces' state files (`cosid.state.<hex>`):
+/// pg_upgrade copies none of them.
+const FILES_OF_OURS: [&str; 5] = [
+    STATE_FILE,
+    HISTORY_FILE,
+    GENERATION_FILE,
+    NAMES_FILE,
+    cosid_core::store_timeline::FILE,
+];
+
+/// What an operator copies from the old data directory into the new one before deleting the
+/// mark, in the words of the messages that say so: every file of ours.
+pub fn copied_after_upgrade() -> String {
+    let mut files: Vec<String> = FILES_OF_OURS.iter().map(|file| file.to_string()).collect();
+    files.insert(1, format!("{STATE_FILE}.*"));
+    let last = files.pop().unwrap_or_default();
+    format!(
+        "{} and {last} (those of them the old directory has)",
+        files.join(", ")
+    )
+}
 
 /// Marks the new data directory of a pg_upgrade: the server runs in binary-upgrade mode, and
 /// pg_upgrade keeps its output there (`pg_upgrade_output.d`, since PostgreSQL 15), not in the
@@ -56,14 +72,7 @@ pub fn mark_upgraded() -> Result<(), String> {
         let hex_suffix = name
             .strip_prefix(&format!("{STATE_FILE}."))
             .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()));
-        let ours = [
-            STATE_FILE,
-            HISTORY_FILE,
-            GENERATION_FILE,
-            NAMES_FILE,
-            cosid_core::store_timeline::FILE,
-        ];
-        if ours.contains(&name.as_str()) || hex_suffix {
+        if FILES_OF_OURS.contains(&name.as_str()) || hex_suffix {
             let aside = format!("{name}.before-pg_upgrade");
             std::fs::rename(&name, &aside).map_err(|why| {
                 format!("could not rename \"{}\" to \"{aside}\": {why}", path(&name))
@@ -72,8 +81,9 @@ pub fn mark_upgraded() -> Result<(), String> {
     }
     let note = format!(
         "This data directory was made by pg_upgrade, which does not copy cosid's files. Copy \
-         {COPIED_AFTER_UPGRADE} from the old data directory, then delete this file, last \
-         (see docs/upgrading.md).\n"
+         {} from the old data directory, then delete this file, last \
+         (see docs/upgrading.md).\n",
+        copied_after_upgrade()
     );
     std::fs::write(UPGRADE_MARKER, note)
         .map_err(|why| format!("could not write \"{}\": {why}", path(UPGRADE_MARKER)))

@@ -8,6 +8,13 @@
 //! immutable, because their result depends on the layout settings, which a restart can change;
 //! stable is enough for `WHERE id >= cosid_from_timestamp(...)` to be an index range scan. Radix62
 //! depends on nothing but its argument, so it is immutable.
+//!
+//! Versions: the SQL of a released version names the C symbols it calls, and a server restarted
+//! onto a newer library serves that SQL until `ALTER EXTENSION cosid UPDATE`. So a function whose
+//! arguments or result change gets a new symbol, named with a suffix `_vN` for the 0.N.0 release
+//! that introduced it (`cosid_decode_v4`, `cosid_create_generator_v5`, `generator_status_v5`),
+//! and the symbol the older SQL calls stays, answering as that SQL expects (or refusing with a
+//! clear error where it cannot).
 
 mod comments;
 mod convert;
