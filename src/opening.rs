@@ -22,7 +22,7 @@ use crate::local_state;
 use crate::settings::{MachineSource, ServerSettings};
 use crate::shmem::GeneratorSlot;
 use cosid_core::layout::TimeRangeError;
-use cosid_core::lease::{LeaseProblem, LeaseState};
+use cosid_core::lease::{GeneratorProblem, LeaseState};
 
 /// Opens the default generator in a fresh segment, in the postmaster's startup hook: above the
 /// floor its history sets, and with a fixed machine id above the floor of its state file. This
@@ -65,15 +65,17 @@ pub fn open_default(slot: &GeneratorSlot, settings: &ServerSettings) {
         let history_floor_ms =
             match history::open_default(&settings.namespace, &layout, leases_in, names_check) {
                 Opening::Generate(floor_ms) => floor_ms,
-                Opening::Refuse(why) => return never_open(slot, LeaseProblem::History, &why),
-                Opening::Unusable(why) => return never_open(slot, LeaseProblem::HistoryFile, &why),
+                Opening::Refuse(why) => return never_open(slot, GeneratorProblem::History, &why),
+                Opening::Unusable(why) => {
+                    return never_open(slot, GeneratorProblem::HistoryFile, &why)
+                }
             };
         match history_floor_ms.map(|ms| layout.unix_ms_to_ticks(ms)) {
             Some(Ok(ticks)) => slot.state.set_history_floor(ticks),
             Some(Err(TimeRangeError::AfterMaximum)) => {
                 let why =
                     "no id of the default generator's layout is above the ids its history records";
-                return never_open(slot, LeaseProblem::History, why);
+                return never_open(slot, GeneratorProblem::History, why);
             }
             Some(Err(TimeRangeError::BeforeEpoch)) | None => {}
         }
@@ -91,7 +93,7 @@ pub fn open_default(slot: &GeneratorSlot, settings: &ServerSettings) {
 /// The default generator's history refuses its definition, or cannot be used: it is never
 /// opened. Neither the state writer nor the lease worker opens it, and a floor past the layout's
 /// last tick keeps any opening from issuing.
-fn never_open(slot: &GeneratorSlot, problem: LeaseProblem, why: &str) {
+fn never_open(slot: &GeneratorSlot, problem: GeneratorProblem, why: &str) {
     slot.state.set_history_floor(u64::MAX);
     slot.status.set_problem(problem);
     slot.status.last_error.store(why);
@@ -105,9 +107,9 @@ fn never_open(slot: &GeneratorSlot, problem: LeaseProblem, why: &str) {
 /// the reason in its status: it is why no id is issued.
 pub fn refused_until_restart(slot: &GeneratorSlot, machine: Machine) -> bool {
     match slot.status.problem() {
-        LeaseProblem::History | LeaseProblem::HistoryFile => true,
+        GeneratorProblem::History | GeneratorProblem::HistoryFile => true,
         // A stable leased instance reads its state file again before each claim.
-        LeaseProblem::StateFile => machine == Machine::Fixed,
+        GeneratorProblem::StateFile => machine == Machine::Fixed,
         _ => false,
     }
 }
@@ -149,7 +151,7 @@ pub fn open_fixed(slot: &GeneratorSlot, machine_id: u32) {
     let layout = slot.config().layout;
     if let Err(why) = layout.check_machine_id(machine_id) {
         // Of no kind the status has a code for: a stale one must not stay.
-        slot.status.set_problem(LeaseProblem::None);
+        slot.status.set_problem(GeneratorProblem::None);
         slot.status.set_state(LeaseState::Stopped);
         slot.status.last_error.store(&format!(
             "the machine id does not fit generator \"{}\": {why}",
@@ -161,17 +163,17 @@ pub fn open_fixed(slot: &GeneratorSlot, machine_id: u32) {
     match local_state::fixed_floor_ticks(&file, &layout, slot.namespace(), machine_id) {
         Ok(floor_ticks) => match slot.state.open(&layout, machine_id, floor_ticks) {
             Ok(()) => {
-                slot.status.set_problem(LeaseProblem::None);
+                slot.status.set_problem(GeneratorProblem::None);
                 slot.status.set_state(LeaseState::Up);
             }
             Err(why) => {
-                slot.status.set_problem(LeaseProblem::None);
+                slot.status.set_problem(GeneratorProblem::None);
                 slot.status.set_state(LeaseState::Stopped);
                 slot.status.last_error.store(&why.to_string());
             }
         },
         Err(unusable) => {
-            slot.status.set_problem(LeaseProblem::StateFile);
+            slot.status.set_problem(GeneratorProblem::StateFile);
             slot.status.last_error.store(&unusable.to_string());
             slot.status.set_state(LeaseState::Stopped);
         }

@@ -7,7 +7,7 @@ use crate::settings::{self, MachineSource};
 use crate::shmem;
 use cosid_core::generator::GenerateError;
 use cosid_core::layout::{self};
-use cosid_core::lease::{LeaseProblem, LeaseSnapshot, RefusalKind, UNKNOWN_TIME};
+use cosid_core::lease::{GeneratorProblem, LeaseSnapshot, RefusalKind, UNKNOWN_TIME};
 use pgrx::prelude::*;
 
 /// Why the server has no machine id, when a store-less distributor gave none.
@@ -31,7 +31,7 @@ pub(super) fn lease_error_for(slot: &shmem::GeneratorSlot, superuser: bool) -> S
     error_shown(&text, slot.status.problem(), superuser)
 }
 
-pub(super) fn error_shown(text: &str, problem: LeaseProblem, superuser: bool) -> String {
+pub(super) fn error_shown(text: &str, problem: GeneratorProblem, superuser: bool) -> String {
     if superuser || text.is_empty() {
         text.to_string()
     } else {
@@ -73,7 +73,7 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
             .hint(why.hint());
     }
     let snapshot = slot.status.snapshot();
-    if snapshot.problem == LeaseProblem::StateFile {
+    if snapshot.problem == GeneratorProblem::StateFile {
         return state_file_error(slot, &snapshot.last_error);
     }
     let superuser = is_superuser();
@@ -97,7 +97,7 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     );
     // A shared store that is read-only is the store's problem, not this server's: the general
     // answer below, whose DETAIL says so.
-    if local_store && (snapshot.problem == LeaseProblem::Standby || recovery_in_progress()) {
+    if local_store && (snapshot.problem == GeneratorProblem::Standby || recovery_in_progress()) {
         return CosidError::new(
             PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
             "cannot generate cosid ids on a hot standby",
@@ -107,7 +107,7 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
         ))
         .hint("Generate ids on the primary. A standby leases a machine id when it is promoted.");
     }
-    if snapshot.problem == LeaseProblem::Exhausted {
+    if snapshot.problem == GeneratorProblem::Exhausted {
         let bits = slot.config().layout.machine_bits();
         let named = !slot.is_default();
         let (bits_setting, raise) = if named {
@@ -234,7 +234,7 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
     }
     const SETTINGS: &str = "cosid.namespace, cosid.epoch, cosid.time_unit, cosid.timestamp_bits, \
                             cosid.machine_bits and cosid.sequence_bits";
-    if slot.status.problem() == LeaseProblem::HistoryFile {
+    if slot.status.problem() == GeneratorProblem::HistoryFile {
         // The file's path and the system's error name the data directory: superusers only.
         // SAFETY: superuser() only reads the current user's role, which every backend has.
         let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
@@ -264,7 +264,7 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                 }),
         );
     }
-    if slot.status.problem() == LeaseProblem::History {
+    if slot.status.problem() == GeneratorProblem::History {
         // SAFETY: superuser() only reads the current user's role, which every backend has.
         let why = lease_error_for(slot, unsafe { pg_sys::superuser() });
         let settings = settings::server()?;

@@ -99,7 +99,7 @@ status_columns! {
     /// Lease renewals that did not renew since the server started (the store failed, or the
     /// lease was lost); NULL without a lease.
     renewal_failures: Option<i64>, V0_5_0;
-    /// Why the generator is not UP, as a code for machines (`LeaseProblem::code`; `settings`
+    /// Why the generator is not UP, as a code for machines (`GeneratorProblem::code`; `settings`
     /// when the server's settings give it no machine id); NULL when UP or without a known
     /// problem.
     problem: Option<String>, V0_5_0;

@@ -7,7 +7,7 @@
 use super::signals::{shutdown_requested, sleep_unless_shutdown};
 use crate::opening;
 use crate::shmem::{self, GeneratorSlot};
-use cosid_core::lease::LeaseProblem;
+use cosid_core::lease::GeneratorProblem;
 use pgrx::bgworkers::BackgroundWorker;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
@@ -28,7 +28,7 @@ pub fn connect(worker: &str, database: &str, reported: Option<&GeneratorSlot>) -
             reported.filter(|slot| !opening::refused_until_restart(slot, opening::Machine::Leased))
         {
             slot.status.last_error.store(&text);
-            slot.status.set_problem(LeaseProblem::StoreError);
+            slot.status.set_problem(GeneratorProblem::StoreError);
         }
         if failed == 1 {
             warning!("cosid: {text}");

@@ -20,7 +20,7 @@ use crate::opening;
 use crate::settings::{MachineSource, ServerSettings};
 use crate::shmem::{self, Definition, GeneratorSlot, Phase};
 use cosid_core::lease::session::{LogLevel, Session, Slot};
-use cosid_core::lease::{LeaseProblem, LeaseState, LeaseTiming};
+use cosid_core::lease::{GeneratorProblem, LeaseState, LeaseTiming};
 use cosid_core::protocol::{Holder, LeaseStore};
 use cosid_core::registry::{self, SlotView, Step};
 use pgrx::prelude::*;
@@ -326,7 +326,7 @@ impl<'a> Runner<'a> {
 fn fresh_status(slot: &GeneratorSlot) {
     slot.status.set_held(None);
     slot.status.last_error.store("");
-    slot.status.set_problem(LeaseProblem::None);
+    slot.status.set_problem(GeneratorProblem::None);
     slot.status.set_state(LeaseState::Claiming);
 }
 
@@ -384,7 +384,7 @@ impl Entry<'_> {
         match &mut self.keeper {
             Keeper::Leased(session, _) => {
                 session.shutdown();
-                self.slot.status.set_problem(LeaseProblem::None);
+                self.slot.status.set_problem(GeneratorProblem::None);
             }
             Keeper::Fixed(floor) => floor.stop(),
         }

@@ -19,7 +19,7 @@ use std::fmt;
 pub mod session;
 pub mod status;
 
-pub use status::{AtomicText, GeneratorStatus, LeaseProblem, LeaseSnapshot, UNKNOWN_TIME};
+pub use status::{AtomicText, GeneratorProblem, GeneratorStatus, LeaseSnapshot, UNKNOWN_TIME};
 
 /// The states a lease goes through, as the status view shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,7 +132,7 @@ const RETRY_HINT: &str = "Retry in a moment: ids are generated again as soon as 
 pub fn no_lease_refusal(
     namespace: &str,
     state: LeaseState,
-    problem: LeaseProblem,
+    problem: GeneratorProblem,
     last_renewed: Option<&str>,
     last_error: &str,
 ) -> Refusal {
@@ -151,7 +151,7 @@ pub fn no_lease_refusal(
     match problem {
         // Only an operator ends these: the extension is missing or older than the library in
         // the lease table's database, or the namespace holds ids of another layout.
-        LeaseProblem::NoExtension | LeaseProblem::LayoutMismatch => Refusal {
+        GeneratorProblem::NoExtension | GeneratorProblem::LayoutMismatch => Refusal {
             kind: RefusalKind::Prerequisite,
             message,
             detail: situation,
@@ -332,7 +332,7 @@ mod tests {
             LeaseState::Stopped,
         ];
         for state in states {
-            for problem in (0..=11).map(LeaseProblem::from_u8) {
+            for problem in (0..=11).map(GeneratorProblem::from_u8) {
                 let refusal = no_lease_refusal("orders", state, problem, None, "");
                 let held = matches!(state, LeaseState::Up | LeaseState::Down);
                 // The DETAIL is that snapshot's situation, and the message agrees with it.
@@ -358,7 +358,7 @@ mod tests {
         let refusal = no_lease_refusal(
             "orders",
             LeaseState::Up,
-            LeaseProblem::None,
+            GeneratorProblem::None,
             Some("2026-01-01 00:00:00.000 UTC"),
             "",
         );
@@ -373,7 +373,7 @@ mod tests {
         let layout = no_lease_refusal(
             "orders",
             LeaseState::Claiming,
-            LeaseProblem::LayoutMismatch,
+            GeneratorProblem::LayoutMismatch,
             None,
             "another layout",
         );
@@ -391,10 +391,10 @@ mod tests {
     fn a_snapshot_after_a_claim_shows_what_the_claim_cleared() {
         let status = GeneratorStatus::new();
         status.set_state(LeaseState::Claiming);
-        status.set_problem(LeaseProblem::StoreError);
+        status.set_problem(GeneratorProblem::StoreError);
         status.last_error.store("the store failed");
         // As the session opens a generator: problem and error first, the state last.
-        status.set_problem(LeaseProblem::None);
+        status.set_problem(GeneratorProblem::None);
         status.last_error.store("");
         status.set_renewed(5, 10, 15);
         status.set_state(LeaseState::Up);
@@ -402,7 +402,7 @@ mod tests {
             status.snapshot(),
             LeaseSnapshot {
                 state: LeaseState::Up,
-                problem: LeaseProblem::None,
+                problem: GeneratorProblem::None,
                 last_renewed_at_ms: 5,
                 last_error: String::new(),
             }

@@ -36,7 +36,7 @@
 //!   timestamp issued.
 
 use super::{
-    watermark_wait, GeneratorStatus, LeaseProblem, LeaseState, LeaseTiming, WatermarkWait,
+    watermark_wait, GeneratorProblem, GeneratorStatus, LeaseState, LeaseTiming, WatermarkWait,
 };
 use crate::generator::GeneratorState;
 use crate::layout::{format_unix_ms, Layout};
@@ -327,7 +327,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             status.set_watermark_ms(last_ms);
         }
         status.set_state(LeaseState::Stopped);
-        status.set_problem(LeaseProblem::ShuttingDown);
+        status.set_problem(GeneratorProblem::ShuttingDown);
     }
 
     /// Shows the timings in force in the status.
@@ -352,7 +352,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         self.store.set_timeout(timeout);
     }
 
-    fn set_problem(&mut self, state: LeaseState, problem: LeaseProblem, text: String) {
+    fn set_problem(&mut self, state: LeaseState, problem: GeneratorProblem, text: String) {
         // The state last: a reader that sees it sees its problem and text (GeneratorStatus::snapshot).
         self.status.last_error.store(&text);
         self.status.set_problem(problem);
@@ -371,7 +371,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         let unanswered = self.held().is_none()
             && matches!(
                 self.status.problem(),
-                LeaseProblem::StoreError | LeaseProblem::Standby
+                GeneratorProblem::StoreError | GeneratorProblem::Standby
             );
         self.unanswered_claims = if unanswered {
             self.unanswered_claims.saturating_add(1)
@@ -434,7 +434,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             Err(unusable) => {
                 self.set_problem(
                     LeaseState::Stopped,
-                    LeaseProblem::StateFile,
+                    GeneratorProblem::StateFile,
                     format!(
                         "{unusable}; not claiming a machine id until it is restored or removed"
                     ),
@@ -457,7 +457,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             Err(why) => {
                 self.set_problem(
                     LeaseState::Claiming,
-                    LeaseProblem::StoreError,
+                    GeneratorProblem::StoreError,
                     format!("cannot reach the lease table: {why}"),
                 );
                 false
@@ -501,7 +501,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             Err(why) => {
                 self.set_problem(
                     LeaseState::Claiming,
-                    LeaseProblem::StoreError,
+                    GeneratorProblem::StoreError,
                     format!("claiming a machine id failed: {why}"),
                 );
                 None
@@ -536,7 +536,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 }
                 self.set_problem(
                     LeaseState::ClockBehind,
-                    LeaseProblem::ClockBehind,
+                    GeneratorProblem::ClockBehind,
                     format!(
                         "machine id {machine_id} of namespace \"{}\" has a watermark {ahead_ms} ms ahead of this server's clock, more than cosid.clock_backwards_broken_threshold ({broken} ms); gave it back",
                         self.holder.namespace
@@ -584,7 +584,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         // would stay closed, which refuses ids.
         let opened = self.generator.open(&self.layout, machine_id, floor_ticks);
         debug_assert!(opened.is_ok());
-        self.status.set_problem(LeaseProblem::None);
+        self.status.set_problem(GeneratorProblem::None);
         self.status.last_error.store("");
         self.status.set_state(LeaseState::Up);
         self.next_renewal_ms = claimed.sent_ms + self.timing.guarder_initial_delay_ms;
@@ -599,41 +599,41 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     }
 
     /// Why the store cannot be claimed from yet, and what fixes it.
-    fn not_ready(&self, readiness: Readiness) -> (LeaseProblem, String) {
+    fn not_ready(&self, readiness: Readiness) -> (GeneratorProblem, String) {
         let remote = self.store.is_remote();
         let database = &self.database;
         let version = env!("CARGO_PKG_VERSION");
         match readiness {
-            Readiness::Ready => (LeaseProblem::None, String::new()),
+            Readiness::Ready => (GeneratorProblem::None, String::new()),
             Readiness::ReadOnly if remote => (
-                LeaseProblem::Standby,
+                GeneratorProblem::Standby,
                 format!(
                     "{}: waiting for a writable primary; list every host that can become the store's primary in cosid.lease_store",
                     StoreError::ReadOnly
                 ),
             ),
             Readiness::ReadOnly => (
-                LeaseProblem::Standby,
+                GeneratorProblem::Standby,
                 format!(
                     "this server is a hot standby; the lease table in database \"{database}\" is read-only until it is promoted"
                 ),
             ),
             Readiness::NoExtension if remote => (
-                LeaseProblem::NoExtension,
+                GeneratorProblem::NoExtension,
                 "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql, or CREATE EXTENSION cosid there".to_string(),
             ),
             Readiness::NoExtension => (
-                LeaseProblem::NoExtension,
+                GeneratorProblem::NoExtension,
                 format!("waiting for the extension: run CREATE EXTENSION cosid in database \"{database}\""),
             ),
             Readiness::Outdated if remote => (
-                LeaseProblem::NoExtension,
+                GeneratorProblem::NoExtension,
                 format!(
                     "waiting for the lease store in cosid.lease_store to be updated: it has an older version's protocol than this server's cosid {version}; run the store's update scripts there (lease_store--<old>--<new>.sql, in contrib/cosid/ of PostgreSQL's share directory when installed from a package, or made into target/sql/ by make sql)"
                 ),
             ),
             Readiness::Outdated => (
-                LeaseProblem::NoExtension,
+                GeneratorProblem::NoExtension,
                 format!(
                     "waiting for the extension's update: its SQL objects in database \"{database}\" are older than this server's cosid {version}; run ALTER EXTENSION cosid UPDATE there"
                 ),
@@ -645,7 +645,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                     format!("database \"{database}\"")
                 };
                 (
-                    LeaseProblem::NoExtension,
+                    GeneratorProblem::NoExtension,
                     format!(
                         "not calling the lease functions of {place}: they are not cosid's (cosid.lease_claim, cosid.lease_renew and cosid.lease_release must be SECURITY DEFINER functions owned by the role cosid_lease_owner, as CREATE EXTENSION cosid and lease_store.sql make them); drop the schema cosid that someone else created there and install cosid's"
                     ),
@@ -655,7 +655,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     }
 
     /// Why a claim took no machine id.
-    fn refused(&mut self, outcome: ClaimOutcome) -> (LeaseProblem, String) {
+    fn refused(&mut self, outcome: ClaimOutcome) -> (GeneratorProblem, String) {
         let holder = &self.holder;
         let namespace = &holder.namespace;
         match outcome {
@@ -663,7 +663,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 machine_id,
                 expires_at_ms,
             } => (
-                LeaseProblem::OwnLeaseLive,
+                GeneratorProblem::OwnLeaseLive,
                 format!(
                     "machine id {machine_id} of namespace \"{namespace}\" is leased to this instance id (\"{}\") under an earlier claim, live until {}: waiting for it to expire, since whoever made that claim (this server before a crash, or another server with the same instance id) may still be generating",
                     holder.instance_id,
@@ -671,7 +671,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 ),
             ),
             ClaimOutcome::Exhausted => (
-                LeaseProblem::Exhausted,
+                GeneratorProblem::Exhausted,
                 format!(
                     "no machine id left in namespace \"{namespace}\": all {} ids of {} machine bits are held",
                     1u64 << holder.machine_bits,
@@ -679,18 +679,18 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 ),
             ),
             ClaimOutcome::Contended => (
-                LeaseProblem::StoreError,
+                GeneratorProblem::StoreError,
                 "claiming a machine id failed: other claims kept changing the lease table; trying again".to_string(),
             ),
             ClaimOutcome::Settling { settles_at_ms } => (
-                LeaseProblem::StoreSettling,
+                GeneratorProblem::StoreSettling,
                 format!(
                     "the lease store's identity changed (a promoted standby, a point-in-time recovery, a restore, or a start of its server, which may be an older copy), and it may have forgotten claims it acknowledged: it hands out no machine id in namespace \"{namespace}\" until {} (a whole safe guard after the change was first seen), while the holders whose claims it kept go on; claiming again until then",
                     format_unix_ms(settles_at_ms)
                 ),
             ),
             ClaimOutcome::LayoutMismatch => (
-                LeaseProblem::LayoutMismatch,
+                GeneratorProblem::LayoutMismatch,
                 format!(
                     "namespace \"{namespace}\" was used with another id layout than this server's ({}), or has live leases with other machine bits: a namespace keeps one layout for as long as the lease table has its rows, or ids can coincide; use a new namespace (see cosid.lease_namespace_layout())",
                     holder.layout
@@ -700,13 +700,13 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 allowed_ms,
                 store_now_ms,
             } => (
-                LeaseProblem::ClockAhead,
+                GeneratorProblem::ClockAhead,
                 format!(
                     "this server's clock is {} ms ahead of the lease store's, more than the store allows ({allowed_ms} ms, cosid.store_settings.max_clock_lead): after the store forgets a claim, the next holder's ids start that far above the time it settled, and a holder further ahead could issue the same ids; set this server's clock right (NTP), or raise the limit on the store",
                     self.env.unix_ms() - store_now_ms
                 ),
             ),
-            ClaimOutcome::Claimed { .. } => (LeaseProblem::None, String::new()),
+            ClaimOutcome::Claimed { .. } => (GeneratorProblem::None, String::new()),
         }
     }
 
@@ -783,7 +783,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                     .set_renewed(renewed.store_now_ms, renewed.expires_at_ms, watermark_ms);
                 self.publish_limits(sent_ms, watermark_ms);
                 if self.status.state() != LeaseState::Up {
-                    self.status.set_problem(LeaseProblem::None);
+                    self.status.set_problem(GeneratorProblem::None);
                     self.status.last_error.store("");
                     self.status.set_state(LeaseState::Up);
                     let line = format!(
@@ -803,7 +803,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 self.set_held(None);
                 self.next_renewal_ms = 0;
                 self.status.count_renewal_failure();
-                self.set_problem(LeaseState::Lost, LeaseProblem::Lost, text);
+                self.set_problem(LeaseState::Lost, GeneratorProblem::Lost, text);
             }
             Err(why) => {
                 // Tried again soon (the store makes a new connection), not a whole period
@@ -813,7 +813,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 let text = format!(
                     "renewing the lease of machine id {machine_id} in namespace \"{namespace}\" failed: {why}; trying again"
                 );
-                self.set_problem(LeaseState::Down, LeaseProblem::StoreError, text);
+                self.set_problem(LeaseState::Down, GeneratorProblem::StoreError, text);
             }
         }
     }
@@ -1184,7 +1184,7 @@ mod tests {
         );
         let status = &shared.status;
         assert_eq!(status.state(), LeaseState::Up);
-        assert_eq!(status.problem(), LeaseProblem::None);
+        assert_eq!(status.problem(), GeneratorProblem::None);
         assert_eq!(status.held(), Some((5, TOKEN)));
         assert_eq!(status.watermark_ms(), START_WALL_MS + 4_000);
         assert_eq!(status.expires_at_ms(), START_WALL_MS + 4_000);
@@ -1268,7 +1268,7 @@ mod tests {
         );
         session.step();
         assert_eq!(shared.status.state(), LeaseState::ClockBehind);
-        assert_eq!(shared.status.problem(), LeaseProblem::ClockBehind);
+        assert_eq!(shared.status.problem(), GeneratorProblem::ClockBehind);
         assert!(!shared.generator.is_open());
         assert_eq!(session.held(), None);
         assert!(session.env.sleeps.is_empty());
@@ -1315,22 +1315,22 @@ mod tests {
         let cases = [
             (
                 refused("busy", Value::Int(2)),
-                LeaseProblem::OwnLeaseLive,
+                GeneratorProblem::OwnLeaseLive,
                 "machine id 2 of namespace \"orders\" is leased to this instance id (\"db1:5432:7\") under an earlier claim, live until 2023-11-14 22:13:23.000+00",
             ),
             (
                 refused("exhausted", Value::Null),
-                LeaseProblem::Exhausted,
+                GeneratorProblem::Exhausted,
                 "no machine id left in namespace \"orders\": all 8 ids of 3 machine bits are held",
             ),
             (
                 refused("contended", Value::Null),
-                LeaseProblem::StoreError,
+                GeneratorProblem::StoreError,
                 "claiming a machine id failed: other claims kept changing the lease table; trying again",
             ),
             (
                 refused("layout", Value::Null),
-                LeaseProblem::LayoutMismatch,
+                GeneratorProblem::LayoutMismatch,
                 "namespace \"orders\" was used with another id layout than this server's (epoch 1577203200000 ms, millisecond, 41/3/12 bits)",
             ),
         ];
@@ -1361,7 +1361,7 @@ mod tests {
         );
         session.step();
         assert!(!shared.generator.is_open());
-        assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
+        assert_eq!(shared.status.problem(), GeneratorProblem::StoreError);
         let error = shared.status.last_error.load();
         assert!(
             error.starts_with("claiming a machine id failed: the lease store answered machine id 8, outside 0 to 7 (3 machine bits)"),
@@ -1451,7 +1451,7 @@ mod tests {
         session.env.advance(1_000);
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Claiming);
-        assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
+        assert_eq!(shared.status.problem(), GeneratorProblem::StoreError);
         assert_eq!(
             shared.status.last_error.load(),
             "cannot reach the lease table: could not connect"
@@ -1462,14 +1462,14 @@ mod tests {
 
     #[test]
     fn a_store_not_ready_is_waited_for_with_the_fix_in_the_message() {
-        let cases: [(bool, bool, [bool; 3], LeaseProblem, &str); 7] = [
-            (false, true, [true, true, true], LeaseProblem::Standby, "this server is a hot standby; the lease table in database \"app\" is read-only until it is promoted"),
-            (false, false, [false, false, false], LeaseProblem::NoExtension, "waiting for the extension: run CREATE EXTENSION cosid in database \"app\""),
-            (true, false, [false, false, false], LeaseProblem::NoExtension, "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql"),
-            (false, false, [false, true, false], LeaseProblem::NoExtension, "waiting for the extension's update: its SQL objects in database \"app\" are older than this server's cosid"),
-            (true, false, [false, true, false], LeaseProblem::NoExtension, "waiting for the lease store in cosid.lease_store to be updated"),
-            (false, false, [true, false, false], LeaseProblem::NoExtension, "not calling the lease functions of database \"app\": they are not cosid's"),
-            (true, false, [true, true, false], LeaseProblem::NoExtension, "not calling the lease functions of the lease store in cosid.lease_store: they are not cosid's"),
+        let cases: [(bool, bool, [bool; 3], GeneratorProblem, &str); 7] = [
+            (false, true, [true, true, true], GeneratorProblem::Standby, "this server is a hot standby; the lease table in database \"app\" is read-only until it is promoted"),
+            (false, false, [false, false, false], GeneratorProblem::NoExtension, "waiting for the extension: run CREATE EXTENSION cosid in database \"app\""),
+            (true, false, [false, false, false], GeneratorProblem::NoExtension, "waiting for the lease protocol in cosid.lease_store: install it with psql -f sql/lease_store.sql"),
+            (false, false, [false, true, false], GeneratorProblem::NoExtension, "waiting for the extension's update: its SQL objects in database \"app\" are older than this server's cosid"),
+            (true, false, [false, true, false], GeneratorProblem::NoExtension, "waiting for the lease store in cosid.lease_store to be updated"),
+            (false, false, [true, false, false], GeneratorProblem::NoExtension, "not calling the lease functions of database \"app\": they are not cosid's"),
+            (true, false, [true, true, false], GeneratorProblem::NoExtension, "not calling the lease functions of the lease store in cosid.lease_store: they are not cosid's"),
         ];
         for (remote, read_only, protocol, problem, text) in cases {
             let shared = Shared::new();
@@ -1532,7 +1532,7 @@ mod tests {
         session.env.advance(1_000);
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Down);
-        assert_eq!(shared.status.problem(), LeaseProblem::StoreError);
+        assert_eq!(shared.status.problem(), GeneratorProblem::StoreError);
         assert_eq!(
             shared.status.last_error.load(),
             "renewing the lease of machine id 5 in namespace \"orders\" failed: the lease store did not answer in time; trying again"
@@ -1654,7 +1654,7 @@ mod tests {
         let mut session = shared.session(store, ScriptedEnv::default());
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Claiming);
-        assert_eq!(shared.status.problem(), LeaseProblem::StoreSettling);
+        assert_eq!(shared.status.problem(), GeneratorProblem::StoreSettling);
         assert!(!shared.generator.is_open());
         let text = shared.status.last_error.load();
         assert!(text.contains("identity changed"), "{text}");
@@ -1684,7 +1684,7 @@ mod tests {
         let mut session = shared.session(store, ScriptedEnv::default());
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Claiming);
-        assert_eq!(shared.status.problem(), LeaseProblem::ClockAhead);
+        assert_eq!(shared.status.problem(), GeneratorProblem::ClockAhead);
         assert!(!shared.generator.is_open());
         let text = shared.status.last_error.load();
         assert!(
@@ -1758,7 +1758,7 @@ mod tests {
         assert_eq!(release[4], crate::protocol::Param::BigInt(last_ms));
         assert_eq!(shared.status.watermark_ms(), last_ms);
         assert_eq!(shared.status.state(), LeaseState::Stopped);
-        assert_eq!(shared.status.problem(), LeaseProblem::ShuttingDown);
+        assert_eq!(shared.status.problem(), GeneratorProblem::ShuttingDown);
         assert_eq!(shared.status.held(), None);
         assert_eq!(
             session.store.timeouts.last(),
@@ -1905,7 +1905,7 @@ mod tests {
         let mut session = shared.session_with(store_with_claims([]), env, holder(true), timing());
         session.step();
         assert_eq!(shared.status.state(), LeaseState::Stopped);
-        assert_eq!(shared.status.problem(), LeaseProblem::StateFile);
+        assert_eq!(shared.status.problem(), GeneratorProblem::StateFile);
         assert_eq!(
             shared.status.last_error.load(),
             "the state file \"/data/cosid.state\" is truncated; not claiming a machine id until it is restored or removed"

@@ -73,10 +73,11 @@ impl<const WORDS: usize> AtomicText<WORDS> {
     }
 }
 
-/// Why a leased generator is not generating, for `cosid_next()`'s error.
+/// Why a generator is not generating, for `cosid_next()`'s error and `cosid.status.problem`:
+/// the lease's problems, and those of the files and history a generator opens with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum LeaseProblem {
+pub enum GeneratorProblem {
     None = 0,
     Exhausted = 1,
     LayoutMismatch = 2,
@@ -99,82 +100,82 @@ pub enum LeaseProblem {
     ClockAhead = 14,
 }
 
-impl LeaseProblem {
+impl GeneratorProblem {
     /// What `cosid.status.last_error` shows a role that is not a superuser instead of the error's
     /// text: the kind of problem only, since the text of a store's error can name its host, port,
     /// user and database.
     pub fn public_summary(self) -> &'static str {
         match self {
-            LeaseProblem::None => "error (its text is shown to superusers only)",
-            LeaseProblem::Exhausted => "no machine id left in the namespace",
-            LeaseProblem::LayoutMismatch => "the namespace's leases have another id layout",
-            LeaseProblem::ClockBehind => "this server's clock is behind the lease's watermark",
-            LeaseProblem::StoreError => {
+            GeneratorProblem::None => "error (its text is shown to superusers only)",
+            GeneratorProblem::Exhausted => "no machine id left in the namespace",
+            GeneratorProblem::LayoutMismatch => "the namespace's leases have another id layout",
+            GeneratorProblem::ClockBehind => "this server's clock is behind the lease's watermark",
+            GeneratorProblem::StoreError => {
                 "the lease store failed (its error is shown to superusers only)"
             }
-            LeaseProblem::Standby => "the lease store is read-only (hot standby)",
-            LeaseProblem::NoExtension => "the lease store has no cosid lease table",
-            LeaseProblem::Lost => "the lease was lost",
-            LeaseProblem::ShuttingDown => "the server is shutting down",
-            LeaseProblem::OwnLeaseLive => "this instance's lease is live under another claim",
-            LeaseProblem::StateFile => {
+            GeneratorProblem::Standby => "the lease store is read-only (hot standby)",
+            GeneratorProblem::NoExtension => "the lease store has no cosid lease table",
+            GeneratorProblem::Lost => "the lease was lost",
+            GeneratorProblem::ShuttingDown => "the server is shutting down",
+            GeneratorProblem::OwnLeaseLive => "this instance's lease is live under another claim",
+            GeneratorProblem::StateFile => {
                 "the local state file cannot be used (its error is shown to superusers only)"
             }
-            LeaseProblem::StoreSettling => {
+            GeneratorProblem::StoreSettling => {
                 "the lease store changed identity (failover, recovery, restore or restart) and is settling"
             }
-            LeaseProblem::History => {
+            GeneratorProblem::History => {
                 "the default generator's namespace or layout changed, and its ids could repeat"
             }
-            LeaseProblem::HistoryFile => {
+            GeneratorProblem::HistoryFile => {
                 "the history file cannot be used (its error is shown to superusers only)"
             }
-            LeaseProblem::ClockAhead => {
+            GeneratorProblem::ClockAhead => {
                 "this server's clock is further ahead of the lease store's than the store allows"
             }
         }
     }
 
     /// The problem as a code for machines to read (`cosid.status.problem`): stable across
-    /// versions, unlike the texts. `None` for [`LeaseProblem::None`], which is no problem of a
+    /// versions, unlike the texts. `None` for [`GeneratorProblem::None`], which is no problem of a
     /// known kind.
     pub fn code(self) -> Option<&'static str> {
         Some(match self {
-            LeaseProblem::None => return None,
-            LeaseProblem::Exhausted => "exhausted",
-            LeaseProblem::LayoutMismatch => "layout_mismatch",
-            LeaseProblem::ClockBehind => "clock_behind",
-            LeaseProblem::StoreError => "store_error",
-            LeaseProblem::Standby => "store_read_only",
-            LeaseProblem::NoExtension => "store_not_installed",
-            LeaseProblem::Lost => "lost",
-            LeaseProblem::ShuttingDown => "shutting_down",
-            LeaseProblem::OwnLeaseLive => "own_lease_live",
-            LeaseProblem::StateFile => "state_file",
-            LeaseProblem::StoreSettling => "store_settling",
-            LeaseProblem::History => "history",
-            LeaseProblem::HistoryFile => "history_file",
-            LeaseProblem::ClockAhead => "clock_ahead",
+            GeneratorProblem::None => return None,
+            GeneratorProblem::Exhausted => "exhausted",
+            GeneratorProblem::LayoutMismatch => "layout_mismatch",
+            GeneratorProblem::ClockBehind => "clock_behind",
+            GeneratorProblem::StoreError => "store_error",
+            GeneratorProblem::Standby => "store_read_only",
+            GeneratorProblem::NoExtension => "store_not_installed",
+            GeneratorProblem::Lost => "lost",
+            GeneratorProblem::ShuttingDown => "shutting_down",
+            GeneratorProblem::OwnLeaseLive => "own_lease_live",
+            GeneratorProblem::StateFile => "state_file",
+            GeneratorProblem::StoreSettling => "store_settling",
+            GeneratorProblem::History => "history",
+            GeneratorProblem::HistoryFile => "history_file",
+            GeneratorProblem::ClockAhead => "clock_ahead",
         })
     }
 
-    pub fn from_u8(value: u8) -> LeaseProblem {
+    pub fn from_u8(value: u8) -> GeneratorProblem {
         match value {
-            1 => LeaseProblem::Exhausted,
-            2 => LeaseProblem::LayoutMismatch,
-            3 => LeaseProblem::ClockBehind,
-            4 => LeaseProblem::StoreError,
-            5 => LeaseProblem::Standby,
-            6 => LeaseProblem::NoExtension,
-            7 => LeaseProblem::Lost,
-            8 => LeaseProblem::ShuttingDown,
-            9 => LeaseProblem::OwnLeaseLive,
-            10 => LeaseProblem::StateFile,
-            11 => LeaseProblem::StoreSettling,
-            12 => LeaseProblem::History,
-            13 => LeaseProblem::HistoryFile,
-            14 => LeaseProblem::ClockAhead,
-            _ => LeaseProblem::None,
+            1 => GeneratorProblem::Exhausted,
+            2 => GeneratorProblem::LayoutMismatch,
+            3 => GeneratorProblem::ClockBehind,
+            4 => GeneratorProblem::StoreError,
+            5 => GeneratorProblem::Standby,
+            6 => GeneratorProblem::NoExtension,
+            7 => GeneratorProblem::Lost,
+            8 => GeneratorProblem::ShuttingDown,
+            9 => GeneratorProblem::OwnLeaseLive,
+            10 => GeneratorProblem::StateFile,
+            11 => GeneratorProblem::StoreSettling,
+            12 => GeneratorProblem::History,
+            13 => GeneratorProblem::HistoryFile,
+            14 => GeneratorProblem::ClockAhead,
+            _ => GeneratorProblem::None,
         }
     }
 }
@@ -212,7 +213,7 @@ pub const UNKNOWN_TIME: i64 = i64::MIN;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseSnapshot {
     pub state: LeaseState,
-    pub problem: LeaseProblem,
+    pub problem: GeneratorProblem,
     /// Store-clock Unix ms; [`UNKNOWN_TIME`] when no renewal succeeded yet.
     pub last_renewed_at_ms: i64,
     pub last_error: String,
@@ -222,7 +223,7 @@ impl GeneratorStatus {
     pub const fn new() -> GeneratorStatus {
         GeneratorStatus {
             state: AtomicU8::new(LeaseState::Claiming as u8),
-            problem: AtomicU8::new(LeaseProblem::None as u8),
+            problem: AtomicU8::new(GeneratorProblem::None as u8),
             machine_id: AtomicI32::new(-1),
             claim_token: AtomicU64::new(0),
             expires_at_ms: AtomicI64::new(UNKNOWN_TIME),
@@ -253,10 +254,10 @@ impl GeneratorStatus {
     pub fn set_state(&self, state: LeaseState) {
         self.state.store(state as u8, Ordering::Release);
     }
-    pub fn problem(&self) -> LeaseProblem {
-        LeaseProblem::from_u8(self.problem.load(Ordering::Acquire))
+    pub fn problem(&self) -> GeneratorProblem {
+        GeneratorProblem::from_u8(self.problem.load(Ordering::Acquire))
     }
-    pub fn set_problem(&self, problem: LeaseProblem) {
+    pub fn set_problem(&self, problem: GeneratorProblem) {
         self.problem.store(problem as u8, Ordering::Release);
     }
     /// The machine id and claim token held, if any.
@@ -329,8 +330,8 @@ mod tests {
     fn every_problem_has_its_own_code_and_survives_its_number() {
         let mut codes = std::collections::BTreeSet::new();
         for value in 0..=u8::MAX {
-            let problem = LeaseProblem::from_u8(value);
-            if problem == LeaseProblem::None {
+            let problem = GeneratorProblem::from_u8(value);
+            if problem == GeneratorProblem::None {
                 assert_eq!(problem.code(), None);
                 continue;
             }
@@ -375,14 +376,14 @@ mod tests {
         status.set_timing_ms(4_000, 1_000);
         assert_eq!(status.timing_ms(), Some((4_000, 1_000)));
         for problem in 0..=10u8 {
-            assert_eq!(LeaseProblem::from_u8(problem) as u8, problem);
+            assert_eq!(GeneratorProblem::from_u8(problem) as u8, problem);
         }
     }
 
     #[test]
     fn public_summaries_are_distinct_and_name_nothing_of_the_store() {
         let summaries: Vec<&str> = (0..=10u8)
-            .map(|problem| LeaseProblem::from_u8(problem).public_summary())
+            .map(|problem| GeneratorProblem::from_u8(problem).public_summary())
             .collect();
         for (i, summary) in summaries.iter().enumerate() {
             assert!(!summary.is_empty());
