@@ -489,39 +489,107 @@ pub enum Readiness {
     Untrusted,
 }
 
-/// A lease store as the lease session sees it: its own database through SPI, or a shared one
-/// over the network. A store only carries a [`Call`] and hands back its rows, each value read as
-/// the call's column says; the calls and the decoding of their answers are written once, here.
+/// A lease store as the lease session sees it, by meaning: whether it can be used, a claim of a
+/// machine id, its renewal and its release. The session is the one home of the timing rules; a
+/// store only answers. cosid's own protocol ([`CosidProtocol`]) is one implementation, carried
+/// over SPI or the network by a [`SqlTransport`].
 pub trait LeaseStore {
+    /// Whether the store is another server's database.
+    fn is_remote(&self) -> bool;
+    /// The longest any one call may take.
+    fn set_timeout(&mut self, timeout: Duration);
+    /// What the store passed over since it was last asked, for the server log: a host of the
+    /// connection string refused (an old primary). `None` when nothing was.
+    fn take_notice(&mut self) -> Option<String> {
+        None
+    }
+    /// Whether the store can be claimed from yet.
+    fn readiness(&mut self) -> Result<Readiness, StoreError>;
+    fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, StoreError>;
+    /// `Ok(None)`: the lease is lost.
+    fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+        live_until_ms: u64,
+    ) -> Result<Option<Renewed>, StoreError>;
+    /// Whether the lease was still this holder's.
+    fn release(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, StoreError>;
+}
+
+/// What carries cosid's protocol: its own database through SPI, or a shared one over the
+/// network. A transport only carries a [`Call`] and hands back its rows, each value read as the
+/// call's column says; the calls and the decoding of their answers are written once, here.
+pub trait SqlTransport {
     /// Whether the store is another server's database.
     fn is_remote(&self) -> bool;
     /// The longest any one call may take.
     fn set_timeout(&mut self, timeout: Duration);
     /// Runs one call; its rows, each value read as the call's column says.
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError>;
-
-    /// A store that takes no writes is read-only, not unreachable: `cosid.status` says so.
-    fn readiness(&mut self) -> Result<Readiness, StoreError> {
-        match self.installed_protocol() {
-            Err(StoreError::ReadOnly) => Ok(Readiness::ReadOnly),
-            other => other,
-        }
+    /// Whether the transport knows, without a call, that the store takes no writes (this
+    /// server's own database during recovery).
+    fn known_read_only(&mut self) -> bool {
+        false
     }
-
-    /// What the store passed over since it was last asked, for the server log: a host of the
-    /// connection string refused (an old primary). `None` when nothing was.
+    /// See [`LeaseStore::take_notice`].
     fn take_notice(&mut self) -> Option<String> {
         None
     }
+}
 
+/// cosid's own lease protocol (the functions `sql/lease_store.sql` installs) over a transport.
+pub struct CosidProtocol<T>(pub T);
+
+impl<T: SqlTransport> CosidProtocol<T> {
     /// Which version's protocol the store has.
     fn installed_protocol(&mut self) -> Result<Readiness, StoreError> {
-        Ok(match decode_readiness(&self.run(&readiness())?)? {
+        Ok(match decode_readiness(&self.0.run(&readiness())?)? {
             StoreProtocol::Current => Readiness::Ready,
             StoreProtocol::Older => Readiness::Outdated,
             StoreProtocol::Absent => Readiness::NoExtension,
             StoreProtocol::Untrusted => Readiness::Untrusted,
         })
+    }
+}
+
+impl<T: SqlTransport> LeaseStore for CosidProtocol<T> {
+    fn is_remote(&self) -> bool {
+        self.0.is_remote()
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.0.set_timeout(timeout)
+    }
+
+    fn take_notice(&mut self) -> Option<String> {
+        self.0.take_notice()
+    }
+
+    /// A store that takes no writes is read-only, not unreachable: `cosid.status` says so.
+    fn readiness(&mut self) -> Result<Readiness, StoreError> {
+        if self.0.known_read_only() {
+            return Ok(Readiness::ReadOnly);
+        }
+        match self.installed_protocol() {
+            Err(StoreError::ReadOnly) => Ok(Readiness::ReadOnly),
+            other => other,
+        }
     }
 
     fn claim(
@@ -531,11 +599,12 @@ pub trait LeaseStore {
         token: u64,
         watermark_ms: i64,
     ) -> Result<ClaimOutcome, StoreError> {
-        let rows = self.run(&claim(holder, safe_guard_ms, token, watermark_ms))?;
+        let rows = self
+            .0
+            .run(&claim(holder, safe_guard_ms, token, watermark_ms))?;
         Ok(decode_claim(&rows, holder.machine_bits)?)
     }
 
-    /// `Ok(None)`: the lease is lost.
     fn renew(
         &mut self,
         holder: &Holder,
@@ -553,10 +622,9 @@ pub trait LeaseStore {
             watermark_ms,
             live_until_ms,
         );
-        Ok(decode_renew(&self.run(&call)?)?)
+        Ok(decode_renew(&self.0.run(&call)?)?)
     }
 
-    /// Whether the lease was still this holder's.
     fn release(
         &mut self,
         holder: &Holder,
@@ -565,45 +633,113 @@ pub trait LeaseStore {
         watermark_ms: i64,
     ) -> Result<bool, StoreError> {
         let call = release(holder, machine_id, token, watermark_ms);
-        Ok(decode_release(&self.run(&call)?)?)
+        Ok(decode_release(&self.0.run(&call)?)?)
     }
 }
 
-impl<T: LeaseStore + ?Sized> LeaseStore for Box<T> {
+impl<S: LeaseStore + ?Sized> LeaseStore for Box<S> {
     fn is_remote(&self) -> bool {
         (**self).is_remote()
     }
     fn set_timeout(&mut self, timeout: Duration) {
         (**self).set_timeout(timeout)
     }
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError> {
-        (**self).run(call)
+    fn take_notice(&mut self) -> Option<String> {
+        (**self).take_notice()
     }
     fn readiness(&mut self) -> Result<Readiness, StoreError> {
         (**self).readiness()
     }
-    fn take_notice(&mut self) -> Option<String> {
-        (**self).take_notice()
+    fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        (**self).claim(holder, safe_guard_ms, token, watermark_ms)
+    }
+    fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+        live_until_ms: u64,
+    ) -> Result<Option<Renewed>, StoreError> {
+        (**self).renew(
+            holder,
+            machine_id,
+            token,
+            safe_guard_ms,
+            watermark_ms,
+            live_until_ms,
+        )
+    }
+    fn release(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, StoreError> {
+        (**self).release(holder, machine_id, token, watermark_ms)
     }
 }
 
 /// One store shared by the sessions of several generators in one process: each call borrows it
 /// for its duration, and the process makes one call at a time.
-impl<T: LeaseStore + ?Sized> LeaseStore for std::rc::Rc<std::cell::RefCell<T>> {
+impl<S: LeaseStore + ?Sized> LeaseStore for std::rc::Rc<std::cell::RefCell<S>> {
     fn is_remote(&self) -> bool {
         self.borrow().is_remote()
     }
     fn set_timeout(&mut self, timeout: Duration) {
         self.borrow_mut().set_timeout(timeout)
     }
-    fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError> {
-        self.borrow_mut().run(call)
+    fn take_notice(&mut self) -> Option<String> {
+        self.borrow_mut().take_notice()
     }
     fn readiness(&mut self) -> Result<Readiness, StoreError> {
         self.borrow_mut().readiness()
     }
-    fn take_notice(&mut self) -> Option<String> {
-        self.borrow_mut().take_notice()
+    fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.borrow_mut()
+            .claim(holder, safe_guard_ms, token, watermark_ms)
+    }
+    fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+        live_until_ms: u64,
+    ) -> Result<Option<Renewed>, StoreError> {
+        self.borrow_mut().renew(
+            holder,
+            machine_id,
+            token,
+            safe_guard_ms,
+            watermark_ms,
+            live_until_ms,
+        )
+    }
+    fn release(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.borrow_mut()
+            .release(holder, machine_id, token, watermark_ms)
     }
 }
 

@@ -11,9 +11,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 use pgrx::PgTryBuilder;
 
-use cosid_core::protocol::{
-    live_before, Call, Kind, LeaseStore, Param, Readiness, StoreError, Value,
-};
+use cosid_core::protocol::{live_before, Call, Kind, Param, SqlTransport, StoreError, Value};
 use std::time::Duration;
 
 // PostgreSQL arms statement_timeout only for statements a client sends, never for SPI calls in a
@@ -143,7 +141,7 @@ impl LocalStore {
     }
 }
 
-impl LeaseStore for LocalStore {
+impl SqlTransport for LocalStore {
     fn is_remote(&self) -> bool {
         false
     }
@@ -152,12 +150,9 @@ impl LeaseStore for LocalStore {
         self.timeout = timeout;
     }
 
-    fn readiness(&mut self) -> Result<Readiness, StoreError> {
+    fn known_read_only(&mut self) -> bool {
         // SAFETY: RecoveryInProgress only reads shared state.
-        if unsafe { pg_sys::RecoveryInProgress() } {
-            return Ok(Readiness::ReadOnly);
-        }
-        self.installed_protocol()
+        unsafe { pg_sys::RecoveryInProgress() }
     }
 
     fn run(&mut self, call: &Call) -> Result<Vec<Vec<Value>>, StoreError> {

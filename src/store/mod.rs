@@ -1,6 +1,7 @@
-//! The lease store's two transports. The protocol itself (the SQL of each call, its parameters,
-//! and the one validating decoder of the answers) is `cosid_core::protocol`; a store only carries
-//! a call and hands back its rows.
+//! The two transports of cosid's lease protocol. The protocol itself (the SQL of each call, its
+//! parameters, and the one validating decoder of the answers) is `cosid_core::protocol`'s
+//! `CosidProtocol`, which the session sees as a `LeaseStore`; a transport only carries a call
+//! and hands back its rows.
 //!
 //! - [`local`]: the server's own database (`cosid.database`), through SPI.
 //! - [`remote`]: a shared store in another PostgreSQL (`cosid.lease_store`), through
@@ -9,7 +10,7 @@
 pub mod local;
 pub mod remote;
 
-use cosid_core::protocol::LeaseStore;
+use cosid_core::protocol::{CosidProtocol, LeaseStore};
 use std::time::Duration;
 
 /// The store the lease worker uses: the shared one `conninfo` names, or its own database.
@@ -19,7 +20,10 @@ pub fn open(
     shutting_down: fn() -> bool,
 ) -> Result<Box<dyn LeaseStore>, String> {
     match conninfo {
-        Some(conninfo) => Ok(Box::new(remote::RemoteStore::new(conninfo, shutting_down)?)),
+        Some(conninfo) => Ok(Box::new(CosidProtocol(remote::RemoteStore::new(
+            conninfo,
+            shutting_down,
+        )?))),
         None => {
             let store = local::LocalStore {
                 timeout: Duration::from_secs(1),
@@ -27,7 +31,7 @@ pub fn open(
             if let Err(why) = store.use_read_committed() {
                 pgrx::warning!("cosid: could not set the lease calls' isolation level: {why}");
             }
-            Ok(Box::new(store))
+            Ok(Box::new(CosidProtocol(store)))
         }
     }
 }

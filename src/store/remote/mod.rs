@@ -20,7 +20,7 @@ mod conninfo;
 
 use conninfo::ConnInfo;
 use cosid_core::conninfo::redact;
-use cosid_core::protocol::{live_before, Call, Kind, LeaseStore, Param, StoreError, Value};
+use cosid_core::protocol::{live_before, Call, Kind, Param, SqlTransport, StoreError, Value};
 use cosid_core::store_timeline::{self, TimelineSeen};
 use std::time::Duration;
 use tokio_postgres::types::ToSql;
@@ -162,7 +162,7 @@ impl RemoteStore {
     }
 }
 
-impl LeaseStore for RemoteStore {
+impl SqlTransport for RemoteStore {
     fn is_remote(&self) -> bool {
         true
     }

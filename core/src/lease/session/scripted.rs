@@ -4,7 +4,7 @@
 use super::*;
 use crate::generator::{BackwardsPolicy, Clock, GenerateError, GeneratorConfig};
 use crate::layout::TimeUnit;
-use crate::protocol::{Call, Value};
+use crate::protocol::{Call, CosidProtocol, SqlTransport, Value};
 use std::collections::VecDeque;
 
 pub(super) const EPOCH_MS: i64 = 1_577_203_200_000;
@@ -35,7 +35,7 @@ impl ScriptedStore {
     }
 }
 
-impl LeaseStore for ScriptedStore {
+impl SqlTransport for ScriptedStore {
     fn is_remote(&self) -> bool {
         self.remote
     }
@@ -255,7 +255,7 @@ impl Shared {
             status: &self.status,
             layout: layout(),
         };
-        let mut session = Session::new(slot, holder, "app", store, env);
+        let mut session = Session::new(slot, holder, "app", CosidProtocol(store), env);
         session.start(timing);
         session
     }
@@ -281,7 +281,7 @@ impl Shared {
     }
 }
 
-pub(super) type TestSession<'a> = Session<'a, ScriptedStore, ScriptedEnv>;
+pub(super) type TestSession<'a> = Session<'a, CosidProtocol<ScriptedStore>, ScriptedEnv>;
 
 pub(super) fn store_with_claims(claims: impl IntoIterator<Item = Answer>) -> ScriptedStore {
     ScriptedStore {

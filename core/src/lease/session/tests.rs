@@ -55,7 +55,7 @@ fn a_new_machine_id_opens_the_generator_with_the_claims_limits() {
     );
 
     // The claim carried the holder, the safe guard, the token and the watermark, in order.
-    let claim = session.store.calls_of("lease_claim")[0].params.clone();
+    let claim = session.store.0.calls_of("lease_claim")[0].params.clone();
     assert_eq!(claim[0], crate::protocol::Param::Text("orders".into()));
     assert_eq!(claim[1], crate::protocol::Param::Int(3));
     assert_eq!(claim[4], crate::protocol::Param::BigInt(4_000));
@@ -128,7 +128,7 @@ fn a_watermark_beyond_the_broken_threshold_is_given_back_exactly() {
     assert!(!shared.generator.is_open());
     assert_eq!(session.held(), None);
     assert!(session.env.sleeps.is_empty());
-    let release = &session.store.calls_of("lease_release")[0].params;
+    let release = &session.store.0.calls_of("lease_release")[0].params;
     assert_eq!(release[1], crate::protocol::Param::Int(4));
     assert_eq!(release[4], crate::protocol::Param::BigInt(watermark));
     assert_eq!(
@@ -152,17 +152,17 @@ fn a_failed_give_back_is_released_before_the_next_claim() {
     // The release fails again: nothing is claimed meanwhile.
     session.env.advance(1_000);
     session.step();
-    assert_eq!(session.store.calls_of("lease_claim").len(), 1);
+    assert_eq!(session.store.0.calls_of("lease_claim").len(), 1);
     // It succeeds: the machine id goes back with its watermark, then a claim is made.
     session.env.advance(1_000);
     session.step();
-    let releases = session.store.calls_of("lease_release");
+    let releases = session.store.0.calls_of("lease_release");
     assert_eq!(releases.len(), 3);
     assert_eq!(
         releases[2].params[4],
         crate::protocol::Param::BigInt(watermark)
     );
-    assert_eq!(session.store.calls_of("lease_claim").len(), 2);
+    assert_eq!(session.store.0.calls_of("lease_claim").len(), 2);
     assert_eq!(session.held().map(|held| held.machine_id), Some(6));
 }
 
@@ -276,6 +276,7 @@ fn a_claim_whose_answer_was_lost_is_sent_again_with_the_same_token() {
     session.step();
     let tokens: Vec<_> = session
         .store
+        .0
         .calls_of("lease_claim")
         .iter()
         .map(|call| call.params[5].clone())
@@ -313,7 +314,7 @@ fn store_errors_while_claiming_are_reported_and_logged_once() {
         "cannot reach the lease table: could not connect"
     );
     assert_eq!(session.env.logs.len(), 1);
-    assert!(session.store.calls_of("lease_claim").is_empty());
+    assert!(session.store.0.calls_of("lease_claim").is_empty());
 }
 
 #[test]
@@ -342,7 +343,7 @@ fn a_store_not_ready_is_waited_for_with_the_fix_in_the_message() {
         assert_eq!(shared.status.problem(), problem, "{text}");
         let error = shared.status.last_error.load();
         assert!(error.starts_with(text), "{error}");
-        assert!(session.store.calls_of("lease_claim").is_empty());
+        assert!(session.store.0.calls_of("lease_claim").is_empty());
     }
 }
 
@@ -353,10 +354,10 @@ fn renewals_move_the_deadline_and_raise_the_bound() {
     // Not due yet: nothing is sent.
     session.env.advance(999);
     session.step();
-    assert!(session.store.calls_of("lease_renew").is_empty());
+    assert!(session.store.0.calls_of("lease_renew").is_empty());
     session.env.advance(1);
     session.step();
-    let renewal = &session.store.calls_of("lease_renew")[0].params;
+    let renewal = &session.store.0.calls_of("lease_renew")[0].params;
     assert_eq!(renewal[1], crate::protocol::Param::Int(5));
     assert_eq!(
         renewal[3],
@@ -465,6 +466,7 @@ fn a_renewal_says_whether_the_holder_is_still_generating() {
     }
     let deadlines: Vec<_> = session
         .store
+        .0
         .calls_of("lease_renew")
         .iter()
         .map(|call| match call.params[6] {
@@ -522,7 +524,7 @@ fn a_settling_store_is_waited_out_and_says_until_when() {
     session.env.advance(first_retry(&session));
     session.step();
     assert_eq!(shared.status.state(), LeaseState::Up);
-    assert_eq!(session.store.calls_of("lease_claim").len(), 2);
+    assert_eq!(session.store.0.calls_of("lease_claim").len(), 2);
 }
 
 #[test]
@@ -610,14 +612,14 @@ fn shutdown_releases_with_the_exact_last_timestamp() {
     assert!(!shared.generator.is_open());
     let last_ms = layout().ticks_to_unix_ms(layout().decompose(last).unwrap().ticks);
     assert_eq!(last_ms, START_WALL_MS + 1_234);
-    let release = &session.store.calls_of("lease_release")[0].params;
+    let release = &session.store.0.calls_of("lease_release")[0].params;
     assert_eq!(release[4], crate::protocol::Param::BigInt(last_ms));
     assert_eq!(shared.status.watermark_ms(), last_ms);
     assert_eq!(shared.status.state(), LeaseState::Stopped);
     assert_eq!(shared.status.problem(), GeneratorProblem::ShuttingDown);
     assert_eq!(shared.status.held(), None);
     assert_eq!(
-        session.store.timeouts.last(),
+        session.store.0.timeouts.last(),
         Some(&Duration::from_millis(1_000))
     );
     assert!(last_log(&session).starts_with(
@@ -637,10 +639,10 @@ fn a_shutdown_during_the_watermark_wait_gives_the_machine_id_back_unopened() {
     session.step();
     assert!(!shared.generator.is_open());
     assert_eq!(session.held(), None);
-    let release = &session.store.calls_of("lease_release")[0].params;
+    let release = &session.store.0.calls_of("lease_release")[0].params;
     assert_eq!(release[4], crate::protocol::Param::BigInt(watermark));
     assert_eq!(
-        session.store.timeouts.last(),
+        session.store.0.timeouts.last(),
         Some(&SHUTDOWN_CALL_TIMEOUT.min(Duration::from_millis(1_000)))
     );
 }
@@ -678,6 +680,7 @@ fn store_calls_are_bounded_by_the_renewal_period() {
         session.step();
         assert!(session
             .store
+            .0
             .timeouts
             .iter()
             .all(|t| *t == Duration::from_millis(expected)));
@@ -766,7 +769,7 @@ fn an_unusable_state_file_stops_claiming() {
         shared.status.last_error.load(),
         "the state file \"/data/cosid.state\" is truncated; not claiming a machine id until it is restored or removed"
     );
-    assert!(session.store.calls.is_empty());
+    assert!(session.store.0.calls.is_empty());
 }
 
 #[test]
@@ -863,8 +866,8 @@ fn a_restarted_worker_takes_over_the_machine_id_it_holds_and_renews_at_once() {
     );
     assert_eq!(second.next_wake_ms(), 0);
     second.step();
-    assert!(second.store.calls_of("lease_claim").is_empty());
-    let renewal = &second.store.calls_of("lease_renew")[0].params;
+    assert!(second.store.0.calls_of("lease_claim").is_empty());
+    let renewal = &second.store.0.calls_of("lease_renew")[0].params;
     assert_eq!(
         renewal[3],
         crate::protocol::Param::Text(format!("{TOKEN:016x}"))
@@ -879,5 +882,5 @@ fn a_restarted_worker_takes_over_the_machine_id_it_holds_and_renews_at_once() {
     assert!(next > issued);
     // Its shutdown releases what the first worker held.
     second.shutdown();
-    assert_eq!(second.store.calls_of("lease_release").len(), 1);
+    assert_eq!(second.store.0.calls_of("lease_release").len(), 1);
 }
