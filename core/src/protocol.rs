@@ -637,57 +637,6 @@ impl<T: SqlTransport> LeaseStore for CosidProtocol<T> {
     }
 }
 
-impl<S: LeaseStore + ?Sized> LeaseStore for Box<S> {
-    fn is_remote(&self) -> bool {
-        (**self).is_remote()
-    }
-    fn set_timeout(&mut self, timeout: Duration) {
-        (**self).set_timeout(timeout)
-    }
-    fn take_notice(&mut self) -> Option<String> {
-        (**self).take_notice()
-    }
-    fn readiness(&mut self) -> Result<Readiness, StoreError> {
-        (**self).readiness()
-    }
-    fn claim(
-        &mut self,
-        holder: &Holder,
-        safe_guard_ms: u64,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<ClaimOutcome, StoreError> {
-        (**self).claim(holder, safe_guard_ms, token, watermark_ms)
-    }
-    fn renew(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        safe_guard_ms: u64,
-        watermark_ms: i64,
-        live_until_ms: u64,
-    ) -> Result<Option<Renewed>, StoreError> {
-        (**self).renew(
-            holder,
-            machine_id,
-            token,
-            safe_guard_ms,
-            watermark_ms,
-            live_until_ms,
-        )
-    }
-    fn release(
-        &mut self,
-        holder: &Holder,
-        machine_id: u32,
-        token: u64,
-        watermark_ms: i64,
-    ) -> Result<bool, StoreError> {
-        (**self).release(holder, machine_id, token, watermark_ms)
-    }
-}
-
 /// One store shared by the sessions of several generators in one process: each call borrows it
 /// for its duration, and the process makes one call at a time.
 impl<S: LeaseStore + ?Sized> LeaseStore for std::rc::Rc<std::cell::RefCell<S>> {

@@ -11,6 +11,8 @@ pub mod local;
 pub mod remote;
 
 use cosid_core::protocol::{CosidProtocol, LeaseStore};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// The store the lease worker uses: the shared one `conninfo` names, or its own database.
@@ -18,12 +20,12 @@ use std::time::Duration;
 pub fn open(
     conninfo: Option<&str>,
     shutting_down: fn() -> bool,
-) -> Result<Box<dyn LeaseStore>, String> {
+) -> Result<Rc<RefCell<dyn LeaseStore>>, String> {
     match conninfo {
-        Some(conninfo) => Ok(Box::new(CosidProtocol(remote::RemoteStore::new(
-            conninfo,
-            shutting_down,
-        )?))),
+        Some(conninfo) => {
+            let store = remote::RemoteStore::new(conninfo, shutting_down)?;
+            Ok(Rc::new(RefCell::new(CosidProtocol(store))))
+        }
         None => {
             let store = local::LocalStore {
                 timeout: Duration::from_secs(1),
@@ -31,7 +33,7 @@ pub fn open(
             if let Err(why) = store.use_read_committed() {
                 pgrx::warning!("cosid: could not set the lease calls' isolation level: {why}");
             }
-            Ok(Box::new(CosidProtocol(store)))
+            Ok(Rc::new(RefCell::new(CosidProtocol(store))))
         }
     }
 }

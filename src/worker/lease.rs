@@ -15,8 +15,6 @@ use crate::{shmem, store};
 use pgrx::bgworkers::BgWorkerStartTime;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::cell::RefCell;
-use std::rc::Rc;
 
 /// Registers the worker; only while preloading.
 pub fn register() {
@@ -42,15 +40,15 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     if !backoff::connect("lease worker", &settings.database, Some(slot)) {
         exit_worker();
     }
-    let store = match store::open(lease_settings.lease_store.as_deref(), shutdown_requested) {
-        Ok(store) => store,
-        Err(why) => {
-            warning!("cosid: cannot use cosid.lease_store: {why}");
-            // Started again after its restart time.
-            exit_worker();
-        }
-    };
-    let store: SharedStore = Rc::new(RefCell::new(store));
+    let store: SharedStore =
+        match store::open(lease_settings.lease_store.as_deref(), shutdown_requested) {
+            Ok(store) => store,
+            Err(why) => {
+                warning!("cosid: cannot use cosid.lease_store: {why}");
+                // Started again after its restart time.
+                exit_worker();
+            }
+        };
     let runs = Runs {
         default: true,
         named: true,

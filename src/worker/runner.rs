@@ -33,7 +33,7 @@ pub const POLL_MS: u64 = 250;
 /// How long after a failed read of the definitions the next one comes.
 const POLL_RETRY_MS: u64 = 2_000;
 
-pub type SharedStore = Rc<RefCell<Box<dyn LeaseStore>>>;
+pub type SharedStore = Rc<RefCell<dyn LeaseStore>>;
 
 /// How the generators get their machine id: leased from this store, or the server's fixed one.
 pub enum Source {
