@@ -228,16 +228,6 @@ class WhereTheLeasesLive(ClusterTest):
         self.assertEqual(cluster.query("SELECT count(*) FROM pg_extension "
                                        "WHERE extname = 'cosid'", "app2"), "1")
 
-    def test_a_fixed_machine_id_has_no_deadline_and_no_leases_to_point_to(self):
-        cluster = self.track(Cluster("monitor-manual", free_port(25715),
-                                     {"cosid.distributor": "manual", "cosid.machine_id": 7}).init())
-        cluster.start()
-        cluster.query("CREATE DATABASE app")
-        self.assertEqual(create_extension(cluster, "app"), "", "no lease, nothing to point to")
-        self.assertEqual(cluster.query(
-            "SELECT state, machine_id, deadline IS NULL, safe_guard_margin IS NULL, "
-            "renewal_failures IS NULL FROM cosid.status", "app"), "UP|7|t|t|t")
-
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,5 +1,7 @@
 """SQL golden tests (pg_regress): every function and error of the SQL surface, on a server that
-preloads cosid and on one that does not."""
+preloads cosid and on one that does not. The golden files of the preloaded server run in the
+order of PRELOADED, on one server with room for the ten named generators of generators.sql; they
+read CosId's ids of each layout from data/ in the input folder (tests/vectors/cosid-layouts.json)."""
 
 import re
 import shutil
@@ -9,6 +11,8 @@ import unittest
 from helpers.pgcluster import CLUSTERS, PG_BIN, PG_MAJOR, PG_PKGLIB, ROOT, Cluster, free_port
 
 REGRESS = ROOT / "tests" / "regress"
+VECTORS = ROOT / "tests" / "vectors" / "cosid-layouts.json"
+PRELOADED = ["surface", "decode", "parsing", "convert", "generators"]
 PG_REGRESS = PG_PKGLIB / "pgxs" / "src" / "test" / "regress" / "pg_regress"
 
 
@@ -35,6 +39,8 @@ def pg_regress(cluster, *tests):
     inputdir = outdir / "input"
     shutil.rmtree(inputdir, ignore_errors=True)
     shutil.copytree(REGRESS / "sql", inputdir / "sql")
+    (inputdir / "data").mkdir()
+    shutil.copy(VECTORS, inputdir / "data")
     (inputdir / "expected").mkdir()
     for test in tests:
         (inputdir / "expected" / f"{test}.out").write_text(expected_output(test))
@@ -49,25 +55,26 @@ def pg_regress(cluster, *tests):
 
 
 class SqlSurface(unittest.TestCase):
-    def run_golden(self, test, name, port, **cluster_options):
+    def run_golden(self, tests, name, port, **cluster_options):
         cluster = Cluster(name, free_port(port), **cluster_options).init()
         cluster.start()
         try:
-            passed, output = pg_regress(cluster, test)
+            passed, output = pg_regress(cluster, *tests)
             self.assertTrue(passed, output)
-            results = CLUSTERS / f"{name}-regress" / "results" / f"{test}.out"
-            self.assertEqual(results.read_text(), expected_output(test),
-                             f"{results} is not expected/{test}.out as PostgreSQL {PG_MAJOR} "
-                             "prints it")
+            for test in tests:
+                results = CLUSTERS / f"{name}-regress" / "results" / f"{test}.out"
+                self.assertEqual(results.read_text(), expected_output(test),
+                                 f"{results} is not expected/{test}.out as PostgreSQL "
+                                 f"{PG_MAJOR} prints it")
         finally:
             cluster.stop(check=False)
 
     def test_preloaded_server(self):
-        self.run_golden("surface", "regress-preloaded", 25110, settings={"cosid.distributor": "manual",
-                                                               "cosid.machine_id": 5})
+        self.run_golden(PRELOADED, "regress-preloaded", 25110, settings={
+            "cosid.distributor": "manual", "cosid.machine_id": 5, "cosid.max_generators": 16})
 
     def test_server_without_preload(self):
-        self.run_golden("not_preloaded", "regress-not-preloaded", 25111, preload=False)
+        self.run_golden(["not_preloaded"], "regress-not-preloaded", 25111, preload=False)
 
 
 if __name__ == "__main__":

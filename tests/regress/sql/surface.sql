@@ -108,12 +108,16 @@ RESET enable_seqscan;
 SELECT count(*) FROM orders WHERE id >= cosid_from_timestamp(now() - interval '1 day');
 SELECT count(*) FROM orders WHERE id >= cosid_from_timestamp(clock_timestamp() + interval '1 second');
 
--- The status view: one row, the default generator; no lease with the manual distributor.
+-- The status view: one row, the default generator; no lease with the manual distributor, and so
+-- no deadline.
 SELECT namespace, distributor, instance_id, state, machine_id, expires_at, last_renewed_at,
        watermark, last_error, epoch, time_unit, timestamp_bits,
        machine_bits, sequence_bits, sequence_reset_threshold, ids_issued >= 10000 AS issued,
        last_timestamp <= clock_timestamp() AS last_timestamp_past, next_tick_waits >= 0 AS waits,
        clock_backwards_waits, clock_backwards_errors
+  FROM cosid.status;
+SELECT state, machine_id, deadline IS NULL AS no_deadline, safe_guard_margin IS NULL AS no_margin,
+       renewal_failures IS NULL AS no_renewals
   FROM cosid.status;
 
 -- The lease table is empty, and only its holders may use the lease protocol.
