@@ -1,5 +1,5 @@
 //! Where a server's machine id comes from: `lease` (the default) leases one from a lease store;
-//! `manual` takes `cosid.machine_id`; `stateful_set` takes the ordinal at the end of `HOSTNAME`,
+//! `cosid_jdbc` leases one from CosId's JDBC distributor table (`cosid_jdbc.rs`); `manual` takes `cosid.machine_id`; `stateful_set` takes the ordinal at the end of `HOSTNAME`,
 //! as a pod of a Kubernetes StatefulSet is named (`pg-3` gives 3). This module resolves the two
 //! that need no store.
 //!
@@ -13,6 +13,8 @@ pub enum DistributorKind {
     Manual = 0,
     StatefulSet = 1,
     Lease = 2,
+    /// Leased from CosId's JDBC distributor table (`cosid_jdbc`), shared with Java services.
+    CosidJdbc = 3,
 }
 
 impl DistributorKind {
@@ -21,7 +23,13 @@ impl DistributorKind {
             DistributorKind::Manual => "manual",
             DistributorKind::StatefulSet => "stateful_set",
             DistributorKind::Lease => "lease",
+            DistributorKind::CosidJdbc => "cosid_jdbc",
         }
+    }
+
+    /// Whether the machine id is leased from a store (and renewed by the lease worker).
+    pub const fn is_leased(self) -> bool {
+        matches!(self, DistributorKind::Lease | DistributorKind::CosidJdbc)
     }
 }
 
@@ -116,7 +124,7 @@ pub fn resolve(
     max_machine_id: u32,
 ) -> Option<Result<u32, NoMachineId>> {
     Some(match kind {
-        DistributorKind::Lease => return None,
+        DistributorKind::Lease | DistributorKind::CosidJdbc => return None,
         DistributorKind::Manual => {
             if manual_machine_id < 0 {
                 Err(NoMachineId::ManualUnset { max_machine_id })

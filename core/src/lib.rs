@@ -7,6 +7,7 @@
 //! own with `cargo test -p cosid-core`.
 
 pub mod conninfo;
+pub mod cosid_jdbc;
 pub mod distributor;
 pub mod generator;
 pub mod history;

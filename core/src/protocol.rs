@@ -487,6 +487,9 @@ pub enum Readiness {
     Outdated,
     /// The store's protocol functions are not cosid's (see [`StoreProtocol::Untrusted`]).
     Untrusted,
+    /// A store of another distributor lacks what it needs: the sentence says what, and how to
+    /// make it.
+    NotSetUp(&'static str),
 }
 
 /// A lease store as the lease session sees it, by meaning: whether it can be used, a claim of a

@@ -73,6 +73,7 @@ pub fn server_settings(
         DistributorSetting::Lease => DistributorKind::Lease,
         DistributorSetting::Manual => DistributorKind::Manual,
         DistributorSetting::StatefulSet => DistributorKind::StatefulSet,
+        DistributorSetting::CosidJdbc => DistributorKind::CosidJdbc,
     };
     let hostname = std::env::var("HOSTNAME").ok();
     let machine = match distributor::resolve(
@@ -88,7 +89,7 @@ pub fn server_settings(
                 .hint(why.hint()));
         }
         Some(Err(why)) => MachineSource::Missing(why),
-        None => MachineSource::Leased(lease_settings(check_lease_store)?),
+        None => MachineSource::Leased(lease_settings(distributor, check_lease_store)?),
     };
     let backwards = clock_thresholds().map_err(|why| {
         CosidError::invalid_argument("invalid combination of cosid clock settings")
@@ -150,6 +151,7 @@ fn clock_within_layout(layout: &Layout, now_unix_ms: i64) -> Result<(), CosidErr
 }
 
 fn lease_settings(
+    distributor: DistributorKind,
     check_lease_store: fn(&str) -> Result<(), String>,
 ) -> Result<LeaseSettings, CosidError> {
     // The database itself is ServerSettings::database.
@@ -196,10 +198,23 @@ fn lease_settings(
                 .hint("Write a libpq connection string: key=value pairs, such as host=store.example dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt, with a value that holds spaces in single quotes; or a URL, such as postgresql://cosid@store.example/cosid?sslmode=require, with reserved characters percent-encoded.")
         })?;
     }
+    if distributor == DistributorKind::CosidJdbc {
+        if lease_store.is_none() {
+            return Err(refused("cosid.lease_store", "\"\"")
+                .detail("cosid.distributor = 'cosid_jdbc' leases machine ids from CosId's table cosid_machine in the database cosid.lease_store names.")
+                .hint("Set cosid.lease_store to a connection string of the PostgreSQL database your CosId services' JDBC distributor uses, such as host=ids.example dbname=ids user=cosid."));
+        }
+        if stable {
+            return Err(refused("cosid.stable", "on")
+                .detail("With cosid.distributor = 'cosid_jdbc' every claim is a holder of its own in cosid_machine: a restarted server takes a released or expired row, never its previous one.")
+                .hint("Set cosid.stable to off."));
+        }
+    }
     Ok(LeaseSettings {
         lease_store,
         instance_id,
         stable,
+        distributor,
     })
 }
 

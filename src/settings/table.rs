@@ -26,6 +26,8 @@ pub enum DistributorSetting {
     Manual,
     #[name = c"stateful_set"]
     StatefulSet,
+    #[name = c"cosid_jdbc"]
+    CosidJdbc,
 }
 
 pub(super) static NAMESPACE: GucSetting<Option<CString>> =
@@ -202,9 +204,10 @@ pub(super) static SETTINGS: [Setting; 21] = [
     },
     Setting {
         name: c"cosid.distributor",
-        short: c"Where the machine id comes from: lease, manual or stateful_set.",
+        short: c"Where the machine id comes from: lease, manual, stateful_set or cosid_jdbc.",
         long: c"lease leases one from the lease table; manual takes cosid.machine_id; \
-                stateful_set takes the ordinal at the end of HOSTNAME.",
+                stateful_set takes the ordinal at the end of HOSTNAME; cosid_jdbc leases one \
+                from CosId's table cosid_machine in cosid.lease_store, with Java services.",
         kind: Kind::Enum(&DISTRIBUTOR),
         context: Context::ServerStart,
         flags: NO_FLAGS,

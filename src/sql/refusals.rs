@@ -78,7 +78,7 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
     }
     let superuser = is_superuser();
     let last_error = error_shown(&snapshot.last_error, snapshot.problem, superuser);
-    if slot.distributor() != cosid_core::distributor::DistributorKind::Lease {
+    if !slot.distributor().is_leased() {
         let detail = if last_error.is_empty() {
             "The generator is stopped.".to_string()
         } else {
@@ -149,7 +149,7 @@ pub(super) fn closed_error(slot: &shmem::GeneratorSlot) -> CosidError {
 /// machine id) or a machine id claimed (stable instance): the floor it holds is unknown.
 /// `error` is the text the lease status holds (the snapshot's).
 pub(super) fn state_file_error(slot: &shmem::GeneratorSlot, error: &str) -> CosidError {
-    let leased = slot.distributor() == cosid_core::distributor::DistributorKind::Lease;
+    let leased = slot.distributor().is_leased();
     let then = if leased {
         "delete the file: the background worker then claims a machine id within a second"
     } else {

@@ -133,7 +133,7 @@ pub(super) fn status_rows() -> Vec<StatusRow> {
                 .map(|machine_id| machine_id as i32);
             let last_timestamp =
                 last.and_then(|parts| timestamptz(layout.ticks_to_unix_ms(parts.ticks)).ok());
-            let leased = slot.distributor() == cosid_core::distributor::DistributorKind::Lease;
+            let leased = slot.distributor().is_leased();
             // The timings in force: those the worker kept after checking every reload.
             let timing = lease.timing_ms().filter(|_| leased);
             let thresholds = shmem::backwards_policy();

@@ -10,18 +10,29 @@
 pub mod local;
 pub mod remote;
 
+use cosid_core::cosid_jdbc::CosidJdbc;
+use cosid_core::distributor::DistributorKind;
 use cosid_core::protocol::{CosidProtocol, LeaseStore};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-/// The store the lease worker uses: the shared one `conninfo` names, or its own database.
-/// `shutting_down` cuts a remote call short when the server begins to shut down.
+/// The store the lease worker uses: the shared one `conninfo` names, or its own database;
+/// with `cosid_jdbc`, CosId's table in the shared one. `shutting_down` cuts a remote call short
+/// when the server begins to shut down.
 pub fn open(
+    distributor: DistributorKind,
     conninfo: Option<&str>,
     shutting_down: fn() -> bool,
 ) -> Result<Rc<RefCell<dyn LeaseStore>>, String> {
     match conninfo {
+        Some(conninfo) if distributor == DistributorKind::CosidJdbc => {
+            let transport = remote::RemoteStore::new(conninfo, shutting_down)?;
+            Ok(Rc::new(RefCell::new(CosidJdbc {
+                transport,
+                now_ms: crate::host::unix_ms_now,
+            })))
+        }
         Some(conninfo) => {
             let store = remote::RemoteStore::new(conninfo, shutting_down)?;
             Ok(Rc::new(RefCell::new(CosidProtocol(store))))

@@ -40,15 +40,18 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
     if !backoff::connect("lease worker", &settings.database, Some(slot)) {
         exit_worker();
     }
-    let store: SharedStore =
-        match store::open(lease_settings.lease_store.as_deref(), shutdown_requested) {
-            Ok(store) => store,
-            Err(why) => {
-                warning!("cosid: cannot use cosid.lease_store: {why}");
-                // Started again after its restart time.
-                exit_worker();
-            }
-        };
+    let store: SharedStore = match store::open(
+        lease_settings.distributor,
+        lease_settings.lease_store.as_deref(),
+        shutdown_requested,
+    ) {
+        Ok(store) => store,
+        Err(why) => {
+            warning!("cosid: cannot use cosid.lease_store: {why}");
+            // Started again after its restart time.
+            exit_worker();
+        }
+    };
     let runs = Runs {
         default: true,
         named: true,

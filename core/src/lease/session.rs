@@ -638,6 +638,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                     "waiting for the extension's update: its SQL objects in database \"{database}\" are older than this server's cosid {version}; run ALTER EXTENSION cosid UPDATE there"
                 ),
             ),
+            Readiness::NotSetUp(what) => (GeneratorProblem::NoExtension, what.to_string()),
             Readiness::Untrusted => {
                 let place = if remote {
                     "the lease store in cosid.lease_store".to_string()

@@ -92,7 +92,13 @@ impl RemoteStore {
         let asked = client.query("SELECT cosid.lease_store_identity()", &[]);
         let rows = match self.bounded(self.timeout, asked) {
             Err(cut) => return Err(cut.describe("the store's identity")),
-            Ok(Err(error)) if error.code() == Some(&SqlState::UNDEFINED_FUNCTION) => return Ok(()),
+            // A database with no cosid (CosId's table alone, for cosid_jdbc) has no identity.
+            Ok(Err(error))
+                if error.code() == Some(&SqlState::UNDEFINED_FUNCTION)
+                    || error.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
+            {
+                return Ok(())
+            }
             Ok(Err(error)) => return Err(describe(error)),
             Ok(Ok(rows)) => rows,
         };

@@ -1,0 +1,659 @@
+//! Machine ids from CosId's JDBC distributor table, `cosid_machine`, shared with Java services
+//! that use CosId (`cosid.distributor = 'cosid_jdbc'`): a [`LeaseStore`] over the same
+//! transport as cosid's own protocol.
+//!
+//! What Java instances can see is done as CosId does it: the same rows (`name` is the namespace,
+//! a dot and the machine id padded to eight digits), the same order of a claim (a row this claim
+//! holds already, then a released or expired one, then `max(machine_id) + 1`), `last_timestamp`
+//! in milliseconds, `instance_id = ''` for a released row. Where they cannot see it, cosid is
+//! stricter:
+//! - A row is taken only by a compare-and-set on the exact row read (its holder and its
+//!   `last_timestamp`), and a new one by `INSERT ... ON CONFLICT DO NOTHING`: the race between
+//!   two new machine ids is a retry, not an error.
+//! - The holder column carries the claim's token (`cosid-<token>@<instance id>`): a claim is
+//!   never mistaken for another server's or an earlier life's that has the same instance id.
+//! - A claim and each renewal write as `last_timestamp` the watermark: a time no id issued under
+//!   that write reaches (the session stops generating before it). A Java instance that takes the
+//!   row once it has expired by its own clock, or a release that puts back the exact last
+//!   timestamp issued, is thus past every id cosid issued under it.
+//! - A row held by a Java instance is never taken when it expires, only when it is released: CosId
+//!   keeps generating after its renewals fail (its guarder only reports the failure), so an
+//!   expired Java row may still be in use. Rows cosid held expire as CosId's do.
+//! - A machine id beyond the claimer's machine bits is passed over, not taken.
+//!
+//! Times are the claimer's wall clock, as in CosId: `now_ms` is read from the clock the store
+//! was given, the server's.
+
+use crate::protocol::{
+    token_text, Call, ClaimOutcome, ClaimedHow, Holder, Kind, LeaseStore, Param, Readiness,
+    Renewed, SqlTransport, StoreError, Value,
+};
+use std::time::Duration;
+
+/// The table, with its schema: the workers run with `search_path = pg_catalog, pg_temp`.
+pub const TABLE: &str = "public.cosid_machine";
+
+/// The longest value of `cosid_machine.instance_id` (its type is `varchar(100)`).
+pub const INSTANCE_ID_COLUMN_LEN: usize = 100;
+
+/// What fixes a store without the table, for `cosid.status` and the server log.
+pub const NOT_SET_UP: &str = "waiting for CosId's machine-id table public.cosid_machine in \
+     cosid.lease_store: create it as the documentation \"With CosId services\" says (its seven \
+     columns, and the primary key on name)";
+
+const READINESS_SQL: &str = "SELECT pg_catalog.to_regclass('public.cosid_machine') IS NOT NULL \
+     AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a \
+     WHERE a.attrelid = pg_catalog.to_regclass('public.cosid_machine') AND a.attnum > 0 \
+     AND NOT a.attisdropped AND a.attname = ANY (ARRAY['name', 'namespace', 'machine_id', \
+     'last_timestamp', 'instance_id', 'distribute_time', 'revert_time']::pg_catalog.name[])) = 7 \
+     AND EXISTS (SELECT FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a \
+     ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+     WHERE i.indrelid = pg_catalog.to_regclass('public.cosid_machine') AND i.indisunique \
+     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND a.attname = 'name')";
+
+const OWN_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_catalog.int8 \
+     FROM public.cosid_machine WHERE namespace = $1::pg_catalog.text \
+     AND instance_id = $2::pg_catalog.text AND last_timestamp > $3::pg_catalog.int8";
+
+const GUARD_SQL: &str = "UPDATE public.cosid_machine SET last_timestamp = $1::pg_catalog.int8 \
+     WHERE namespace = $2::pg_catalog.text AND instance_id = $3::pg_catalog.text \
+     AND machine_id = $4::pg_catalog.int4 \
+     RETURNING machine_id::pg_catalog.int4";
+
+const FREE_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_catalog.int8, \
+     instance_id::pg_catalog.text FROM public.cosid_machine \
+     WHERE namespace = $1::pg_catalog.text \
+     AND (instance_id = '' OR last_timestamp <= $2::pg_catalog.int8) ORDER BY machine_id";
+
+const TAKE_SQL: &str = "UPDATE public.cosid_machine \
+     SET instance_id = $1::pg_catalog.text, last_timestamp = $2::pg_catalog.int8, \
+     distribute_time = $3::pg_catalog.int8 WHERE name = $4::pg_catalog.text \
+     AND (instance_id = '' OR last_timestamp <= $5::pg_catalog.int8) \
+     AND instance_id = $6::pg_catalog.text AND last_timestamp = $7::pg_catalog.int8 \
+     RETURNING machine_id::pg_catalog.int4";
+
+const NEXT_SQL: &str = "SELECT COALESCE(pg_catalog.max(machine_id) + 1, 0)::pg_catalog.int8 \
+     FROM public.cosid_machine WHERE namespace = $1::pg_catalog.text";
+
+const INSERT_SQL: &str = "INSERT INTO public.cosid_machine (name, namespace, machine_id, \
+     last_timestamp, instance_id, distribute_time, revert_time) \
+     VALUES ($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4, \
+     $4::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.int8, 0) \
+     ON CONFLICT (name) DO NOTHING \
+     RETURNING machine_id::pg_catalog.int4";
+
+const RELEASE_SQL: &str = "UPDATE public.cosid_machine \
+     SET instance_id = '', last_timestamp = $1::pg_catalog.int8, revert_time = $2::pg_catalog.int8 \
+     WHERE namespace = $3::pg_catalog.text AND instance_id = $4::pg_catalog.text \
+     RETURNING machine_id::pg_catalog.int4";
+
+/// The row's key, as CosId makes it: the namespace, a dot, the machine id padded to 8 digits.
+pub fn row_name(namespace: &str, machine_id: u32) -> String {
+    format!("{namespace}.{machine_id:08}")
+}
+
+/// What this claim writes as `instance_id`: the token, then as much of the instance id as fits.
+pub fn holder_text(instance_id: &str, token: u64) -> String {
+    let mut text = format!("cosid-{}@", token_text(token));
+    for c in instance_id.chars() {
+        if text.len() + c.len_utf8() > INSTANCE_ID_COLUMN_LEN {
+            break;
+        }
+        text.push(c);
+    }
+    text
+}
+
+/// Whether a holder of `cosid_machine` is a claim of cosid's (see [`holder_text`]).
+pub fn held_by_cosid(instance_id: &str) -> bool {
+    instance_id
+        .strip_prefix("cosid-")
+        .and_then(|rest| rest.get(..17))
+        .is_some_and(|token| {
+            token.ends_with('@') && token[..16].bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
+/// CosId's JDBC distributor table over a transport, with the claimer's clock.
+pub struct CosidJdbc<T> {
+    pub transport: T,
+    /// The wall clock, Unix ms.
+    pub now_ms: fn() -> i64,
+}
+
+/// A row a claim may take: released, or expired and held by cosid.
+struct FreeRow {
+    machine_id: u32,
+    last_timestamp: i64,
+    holder: String,
+}
+
+impl<T: SqlTransport> CosidJdbc<T> {
+    fn rows(&mut self, sql: &'static str, params: Vec<Param>, columns: &'static [Kind]) -> Answer {
+        self.transport.run(&Call {
+            sql,
+            params,
+            columns,
+        })
+    }
+
+    /// The row this claim holds already (its answer was lost): renewed, as CosId does.
+    fn own(
+        &mut self,
+        holder: &Holder,
+        held_by: &str,
+        safe_guard_at: i64,
+        watermark_ms: i64,
+    ) -> Result<Option<(u32, i64)>, StoreError> {
+        let rows = self.rows(
+            OWN_SQL,
+            vec![
+                Param::Text(holder.namespace.clone()),
+                Param::Text(held_by.to_string()),
+                Param::BigInt(safe_guard_at),
+            ],
+            &[Kind::Int, Kind::BigInt],
+        )?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let machine_id = machine_id(&row[0], holder.machine_bits)?;
+        let last_timestamp = bigint(&row[1], "last_timestamp")?;
+        let guarded = self.rows(
+            GUARD_SQL,
+            vec![
+                Param::BigInt(watermark_ms.max(last_timestamp)),
+                Param::Text(holder.namespace.clone()),
+                Param::Text(held_by.to_string()),
+                Param::Int(machine_id as i32),
+            ],
+            &[Kind::Int],
+        )?;
+        Ok((!guarded.is_empty()).then_some((machine_id, last_timestamp)))
+    }
+
+    fn free_rows(
+        &mut self,
+        holder: &Holder,
+        safe_guard_at: i64,
+    ) -> Result<Vec<FreeRow>, StoreError> {
+        let max = max_machine_id(holder.machine_bits);
+        let rows = self.rows(
+            FREE_SQL,
+            vec![
+                Param::Text(holder.namespace.clone()),
+                Param::BigInt(safe_guard_at),
+            ],
+            &[Kind::Int, Kind::BigInt, Kind::Text],
+        )?;
+        let mut free = Vec::new();
+        for row in &rows {
+            let (Value::Int(id), last_timestamp, holder_text) = (&row[0], &row[1], &row[2]) else {
+                return Err(malformed("a machine id that is not an integer"));
+            };
+            let holder_text = text(holder_text, "instance_id")?;
+            let takeable = holder_text.is_empty() || held_by_cosid(holder_text);
+            if *id >= 0 && (*id as u64) <= max && takeable {
+                free.push(FreeRow {
+                    machine_id: *id as u32,
+                    last_timestamp: bigint(last_timestamp, "last_timestamp")?,
+                    holder: holder_text.to_string(),
+                });
+            }
+        }
+        Ok(free)
+    }
+
+    fn take(
+        &mut self,
+        holder: &Holder,
+        held_by: &str,
+        row: &FreeRow,
+        now_ms: i64,
+        safe_guard_at: i64,
+        watermark_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let taken = self.rows(
+            TAKE_SQL,
+            vec![
+                Param::Text(held_by.to_string()),
+                Param::BigInt(watermark_ms),
+                Param::BigInt(now_ms),
+                Param::Text(row_name(&holder.namespace, row.machine_id)),
+                Param::BigInt(safe_guard_at),
+                Param::Text(row.holder.clone()),
+                Param::BigInt(row.last_timestamp),
+            ],
+            &[Kind::Int],
+        )?;
+        Ok(!taken.is_empty())
+    }
+
+    /// A new machine id, `max(machine_id) + 1` of the namespace: `None` when another claim
+    /// inserted the same one first.
+    fn insert_next(
+        &mut self,
+        holder: &Holder,
+        held_by: &str,
+        now_ms: i64,
+        watermark_ms: i64,
+    ) -> Result<Option<Option<u32>>, StoreError> {
+        let rows = self.rows(
+            NEXT_SQL,
+            vec![Param::Text(holder.namespace.clone())],
+            &[Kind::BigInt],
+        )?;
+        let next = match rows.as_slice() {
+            [row] => bigint(&row[0], "next machine id")?,
+            _ => return Err(malformed("no next machine id")),
+        };
+        if next < 0 || next as u64 > max_machine_id(holder.machine_bits) {
+            return Ok(Some(None));
+        }
+        let machine_id = next as u32;
+        let inserted = self.rows(
+            INSERT_SQL,
+            vec![
+                Param::Text(row_name(&holder.namespace, machine_id)),
+                Param::Text(holder.namespace.clone()),
+                Param::Int(machine_id as i32),
+                Param::BigInt(watermark_ms),
+                Param::Text(held_by.to_string()),
+                Param::BigInt(now_ms),
+            ],
+            &[Kind::Int],
+        )?;
+        Ok((!inserted.is_empty()).then_some(Some(machine_id)))
+    }
+}
+
+type Answer = Result<Vec<Vec<Value>>, StoreError>;
+
+fn max_machine_id(machine_bits: u32) -> u64 {
+    (1u64 << machine_bits) - 1
+}
+
+fn malformed(what: &str) -> StoreError {
+    StoreError::failed(format!(
+        "CosId's table public.cosid_machine answered {what} (is it CosId's machine-id table?)"
+    ))
+}
+
+fn bigint(value: &Value, what: &str) -> Result<i64, StoreError> {
+    match value {
+        Value::BigInt(number) => Ok(*number),
+        _ => Err(malformed(&format!("a {what} that is not a number"))),
+    }
+}
+
+fn text<'a>(value: &'a Value, what: &str) -> Result<&'a str, StoreError> {
+    match value {
+        Value::Text(text) => Ok(text),
+        _ => Err(malformed(&format!("an {what} that is not text"))),
+    }
+}
+
+fn machine_id(value: &Value, machine_bits: u32) -> Result<u32, StoreError> {
+    match value {
+        Value::Int(id) if *id >= 0 && (*id as u64) <= max_machine_id(machine_bits) => {
+            Ok(*id as u32)
+        }
+        _ => Err(malformed(&format!(
+            "a machine id outside 0 to {} ({machine_bits} machine bits)",
+            max_machine_id(machine_bits)
+        ))),
+    }
+}
+
+impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
+    fn is_remote(&self) -> bool {
+        self.transport.is_remote()
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.transport.set_timeout(timeout)
+    }
+
+    fn take_notice(&mut self) -> Option<String> {
+        self.transport.take_notice()
+    }
+
+    fn readiness(&mut self) -> Result<Readiness, StoreError> {
+        match self.rows(READINESS_SQL, Vec::new(), &[Kind::Bool]) {
+            Ok(rows) => match rows.as_slice() {
+                [row] if row.first() == Some(&Value::Bool(true)) => Ok(Readiness::Ready),
+                [row] if row.first() == Some(&Value::Bool(false)) => {
+                    Ok(Readiness::NotSetUp(NOT_SET_UP))
+                }
+                _ => Err(malformed("its readiness check with no answer")),
+            },
+            Err(StoreError::ReadOnly) => Ok(Readiness::ReadOnly),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// CosId's order: the row this claim holds already, then a released or expired one (the
+    /// lowest machine id first), then a new one. Expiry is by this claimer's clock, as in CosId.
+    fn claim(
+        &mut self,
+        holder: &Holder,
+        safe_guard_ms: u64,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let now_ms = (self.now_ms)();
+        let safe_guard_at = now_ms
+            .saturating_sub(safe_guard_ms.min(i64::MAX as u64) as i64)
+            .max(0);
+        let held_by = holder_text(&holder.instance_id, token);
+        let claimed = |machine_id, how, previous_watermark_ms| ClaimOutcome::Claimed {
+            machine_id,
+            how,
+            previous_watermark_ms,
+            expires_at_ms: now_ms.saturating_add(safe_guard_ms as i64),
+            store_now_ms: now_ms,
+        };
+        if let Some((machine_id, last_timestamp)) =
+            self.own(holder, &held_by, safe_guard_at, watermark_ms)?
+        {
+            return Ok(claimed(machine_id, ClaimedHow::Own, last_timestamp));
+        }
+        let free = self.free_rows(holder, safe_guard_at)?;
+        for row in &free {
+            if self.take(holder, &held_by, row, now_ms, safe_guard_at, watermark_ms)? {
+                let how = if row.holder.is_empty() {
+                    ClaimedHow::Released
+                } else {
+                    ClaimedHow::Expired
+                };
+                return Ok(claimed(row.machine_id, how, row.last_timestamp));
+            }
+        }
+        if !free.is_empty() {
+            // Taken by other claims between the read and the writes.
+            return Ok(ClaimOutcome::Contended);
+        }
+        match self.insert_next(holder, &held_by, now_ms, watermark_ms)? {
+            Some(Some(machine_id)) => Ok(claimed(machine_id, ClaimedHow::New, 0)),
+            Some(None) => Ok(ClaimOutcome::Exhausted),
+            None => Ok(ClaimOutcome::Contended),
+        }
+    }
+
+    /// CosId's guard, writing the watermark: `None` when the row is no longer this claim's.
+    fn renew(
+        &mut self,
+        holder: &Holder,
+        machine_id: u32,
+        token: u64,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+        _live_until_ms: u64,
+    ) -> Result<Option<Renewed>, StoreError> {
+        let now_ms = (self.now_ms)();
+        let rows = self.rows(
+            GUARD_SQL,
+            vec![
+                Param::BigInt(watermark_ms),
+                Param::Text(holder.namespace.clone()),
+                Param::Text(holder_text(&holder.instance_id, token)),
+                Param::Int(machine_id as i32),
+            ],
+            &[Kind::Int],
+        )?;
+        Ok((!rows.is_empty()).then_some(Renewed {
+            expires_at_ms: now_ms.saturating_add(safe_guard_ms as i64),
+            store_now_ms: now_ms,
+        }))
+    }
+
+    /// CosId's revert of a claimer that is not stable, with the exact last timestamp issued.
+    fn release(
+        &mut self,
+        holder: &Holder,
+        _machine_id: u32,
+        token: u64,
+        watermark_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let rows = self.rows(
+            RELEASE_SQL,
+            vec![
+                Param::BigInt(watermark_ms),
+                Param::BigInt((self.now_ms)()),
+                Param::Text(holder.namespace.clone()),
+                Param::Text(holder_text(&holder.instance_id, token)),
+            ],
+            &[Kind::Int],
+        )?;
+        Ok(!rows.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// A transport that answers each statement from a script and records them.
+    #[derive(Default)]
+    struct Scripted {
+        answers: VecDeque<Answer>,
+        sent: Vec<Call>,
+    }
+
+    impl SqlTransport for Scripted {
+        fn is_remote(&self) -> bool {
+            true
+        }
+        fn set_timeout(&mut self, _timeout: Duration) {}
+        fn run(&mut self, call: &Call) -> Answer {
+            self.sent.push(call.clone());
+            self.answers.pop_front().unwrap_or(Ok(Vec::new()))
+        }
+    }
+
+    const NOW_MS: i64 = 1_700_000_000_000;
+
+    fn store(answers: Vec<Answer>) -> CosidJdbc<Scripted> {
+        CosidJdbc {
+            transport: Scripted {
+                answers: answers.into(),
+                sent: Vec::new(),
+            },
+            now_ms: || NOW_MS,
+        }
+    }
+
+    fn holder(machine_bits: u32) -> Holder {
+        Holder {
+            namespace: "orders".into(),
+            machine_bits,
+            layout: String::new(),
+            instance_id: "db1:5432:77".into(),
+            stable: false,
+        }
+    }
+
+    fn free(rows: &[(i32, i64, &str)]) -> Answer {
+        Ok(rows
+            .iter()
+            .map(|(id, ts, by)| {
+                vec![
+                    Value::Int(*id),
+                    Value::BigInt(*ts),
+                    Value::Text(by.to_string()),
+                ]
+            })
+            .collect())
+    }
+
+    fn returned(id: i32) -> Answer {
+        Ok(vec![vec![Value::Int(id)]])
+    }
+
+    fn claim(store: &mut CosidJdbc<Scripted>, machine_bits: u32) -> ClaimOutcome {
+        store
+            .claim(&holder(machine_bits), 4_000, 0xab, NOW_MS + 4_000)
+            .unwrap()
+    }
+
+    #[test]
+    fn names_and_holders_are_written_as_cosid_reads_them() {
+        assert_eq!(row_name("cosid", 1), "cosid.00000001");
+        assert_eq!(row_name("cosid", 123_456_789), "cosid.123456789");
+        let held = holder_text("db1:5432:77", 0xab);
+        assert_eq!(held, "cosid-00000000000000ab@db1:5432:77");
+        assert!(held_by_cosid(&held));
+        let long = holder_text(&"é".repeat(100), u64::MAX);
+        assert!(long.len() <= INSTANCE_ID_COLUMN_LEN && long.len() >= 98);
+        assert!(held_by_cosid(&long));
+        for java in [
+            "10.0.0.5:4242",
+            "",
+            "cosid-xyz@a",
+            "cosid-00000000000000ab",
+            "Cosid-00000000000000ab@x",
+        ] {
+            assert!(!held_by_cosid(java), "{java}");
+        }
+    }
+
+    #[test]
+    fn a_claim_follows_cosids_order_own_then_free_then_new() {
+        // No own row, no free row: max + 1 = 3, inserted.
+        let mut new = store(vec![
+            Ok(vec![]),
+            free(&[]),
+            Ok(vec![vec![Value::BigInt(3)]]),
+            returned(3),
+        ]);
+        assert!(matches!(
+            claim(&mut new, 10),
+            ClaimOutcome::Claimed {
+                machine_id: 3,
+                how: ClaimedHow::New,
+                previous_watermark_ms: 0,
+                ..
+            }
+        ));
+        let sent: Vec<_> = new.transport.sent.iter().map(|call| call.sql).collect();
+        assert_eq!(sent, [OWN_SQL, FREE_SQL, NEXT_SQL, INSERT_SQL]);
+        let insert = &new.transport.sent[3].params;
+        assert_eq!(insert[0], Param::Text("orders.00000003".into()));
+        assert_eq!(
+            insert[3],
+            Param::BigInt(NOW_MS + 4_000),
+            "the watermark as last_timestamp"
+        );
+        assert_eq!(
+            insert[4],
+            Param::Text("cosid-00000000000000ab@db1:5432:77".into())
+        );
+        // The own row is renewed and kept, with its last timestamp to wait past.
+        let mut own = store(vec![
+            Ok(vec![vec![Value::Int(2), Value::BigInt(NOW_MS + 9)]]),
+            returned(2),
+        ]);
+        assert!(matches!(
+            claim(&mut own, 10),
+            ClaimOutcome::Claimed { machine_id: 2, how: ClaimedHow::Own, previous_watermark_ms, .. }
+                if previous_watermark_ms == NOW_MS + 9
+        ));
+        assert_eq!(
+            own.transport.sent[0].params[2],
+            Param::BigInt(NOW_MS - 4_000),
+            "expiry by this clock"
+        );
+    }
+
+    #[test]
+    fn rows_java_holds_and_machine_ids_beyond_the_bits_are_passed_over() {
+        let java_expired = (0, NOW_MS - 60_000, "10.0.0.5:4242");
+        let too_wide = (9, NOW_MS - 60_000, "");
+        let cosid_expired = (4, NOW_MS - 50_000, "cosid-00000000000000cd@db2");
+        let mut store = store(vec![
+            Ok(vec![]),
+            free(&[java_expired, cosid_expired, too_wide]),
+            returned(4),
+        ]);
+        assert!(matches!(
+            claim(&mut store, 3),
+            ClaimOutcome::Claimed { machine_id: 4, how: ClaimedHow::Expired, previous_watermark_ms, .. }
+                if previous_watermark_ms == NOW_MS - 50_000
+        ));
+        let take = &store.transport.sent[2];
+        assert_eq!(take.sql, TAKE_SQL);
+        assert_eq!(take.params[3], Param::Text("orders.00000004".into()));
+        assert_eq!(
+            take.params[5],
+            Param::Text("cosid-00000000000000cd@db2".into()),
+            "the exact holder read"
+        );
+        assert_eq!(
+            take.params[6],
+            Param::BigInt(NOW_MS - 50_000),
+            "and its exact last timestamp"
+        );
+    }
+
+    #[test]
+    fn lost_races_are_contended_and_a_full_namespace_exhausted() {
+        let mut raced = store(vec![Ok(vec![]), free(&[(1, 5, "")]), Ok(vec![])]);
+        assert_eq!(claim(&mut raced, 10), ClaimOutcome::Contended);
+        let mut inserted_first = store(vec![
+            Ok(vec![]),
+            free(&[]),
+            Ok(vec![vec![Value::BigInt(0)]]),
+            Ok(vec![]),
+        ]);
+        assert_eq!(claim(&mut inserted_first, 10), ClaimOutcome::Contended);
+        let mut full = store(vec![
+            Ok(vec![]),
+            free(&[(0, NOW_MS - 60_000, "10.0.0.5:4242")]),
+            Ok(vec![vec![Value::BigInt(8)]]),
+        ]);
+        assert_eq!(claim(&mut full, 3), ClaimOutcome::Exhausted);
+        assert_eq!(
+            full.transport.sent.len(),
+            3,
+            "nothing inserted past the machine bits"
+        );
+    }
+
+    #[test]
+    fn renewals_and_releases_are_this_claims_only() {
+        let mut store = store(vec![returned(2), Ok(vec![]), returned(2)]);
+        let renewed = store
+            .renew(&holder(10), 2, 0xab, 4_000, NOW_MS + 4_000, 0)
+            .unwrap();
+        assert_eq!(renewed.map(|r| r.store_now_ms), Some(NOW_MS));
+        assert_eq!(
+            store
+                .renew(&holder(10), 2, 0xab, 4_000, NOW_MS + 4_000, 0)
+                .unwrap(),
+            None
+        );
+        assert!(store.release(&holder(10), 2, 0xab, NOW_MS - 3).unwrap());
+        let release = &store.transport.sent[2];
+        assert_eq!(release.sql, RELEASE_SQL);
+        assert_eq!(
+            release.params[0],
+            Param::BigInt(NOW_MS - 3),
+            "the exact last timestamp issued"
+        );
+        assert_eq!(
+            release.params[3],
+            Param::Text("cosid-00000000000000ab@db1:5432:77".into())
+        );
+    }
+
+    #[test]
+    fn a_store_without_the_table_says_how_to_make_it() {
+        let mut store = store(vec![
+            Ok(vec![vec![Value::Bool(false)]]),
+            Err(StoreError::ReadOnly),
+        ]);
+        assert_eq!(store.readiness().unwrap(), Readiness::NotSetUp(NOT_SET_UP));
+        assert_eq!(store.readiness().unwrap(), Readiness::ReadOnly);
+    }
+}

@@ -1,0 +1,256 @@
+"""cosid.distributor = 'cosid_jdbc': cosid servers and Java services (CosId's JDBC distributor,
+played by helpers/cosid_java.py with CosId's statements and timing) share one namespace of
+CosId's table cosid_machine on a plain PostgreSQL, and every id any of them issued is counted:
+0 duplicates, and no (millisecond, machine id) from two holders."""
+
+import subprocess
+import threading
+import time
+import unittest
+
+from helpers.cosid_java import JavaCosId, MachineIdOverflow, distribute_or_error, now_ms
+from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, fleet_server
+from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
+from helpers.pgcluster import (ROOT, Cluster, SqlError, chown_to_postgres, free_port,
+                               wait_for)
+
+DDL = ROOT / "sql" / "cosid_machine.sql"
+JDBC = {**FAST_LEASES, "cosid.distributor": "'cosid_jdbc'"}
+SAFE_GUARD_MS = int(SAFE_GUARD_S * 1000)
+IDS = 100_000
+
+
+def start_cosid_store(name, port):
+    """A plain PostgreSQL with CosId's table, as sql/cosid_machine.sql makes it, and the role
+    cosid servers log in as, with the privileges the file's comment grants."""
+    store = Cluster(name, free_port(port), preload=False).init()
+    (store.data / "pg_hba.conf").write_text(
+        f"host all {FLEET_ROLE} 127.0.0.1/32 scram-sha-256\n"
+        "local all all trust\nhost all all 127.0.0.1/32 trust\n")
+    chown_to_postgres(store.data)
+    store.start()
+    store.query(DDL.read_text())
+    store.query(f"CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}'; "
+                f"GRANT SELECT, INSERT, UPDATE ON public.cosid_machine TO {FLEET_ROLE}")
+    return store
+
+
+def cosid_server(name, port, store, **settings):
+    server = fleet_server(name, port, store.port, extra={**JDBC, **settings})
+    server.start()
+    server.query("CREATE EXTENSION cosid; CREATE TABLE ids (id bigint, source text)")
+    return server
+
+
+def status(server, name="default"):
+    return dict(zip(["state", "machine_id", "problem", "last_error"], server.rows(
+        "SELECT state, machine_id, problem, last_error FROM cosid.status "
+        f"WHERE name = '{name}'")[0]))
+
+
+def wait_state(server, state, timeout=20):
+    return wait_for(lambda: status(server)["state"] == state and status(server), timeout,
+                    f"{server.name} to be {state}:\n{server.log()[-2000:]}")
+
+
+def store_ids(server, source, ids):
+    subprocess.run(server.psql_command("postgres", "-c", "COPY ids FROM STDIN"), check=True,
+                   input="".join(f"{value}\t{source}\n" for value in ids), text=True)
+
+
+def generate(server, count, source="cosid"):
+    server.query(f"INSERT INTO ids SELECT cosid_next(), '{source}' "
+                 f"FROM generate_series(1, {count})")
+
+
+def ids_of(server, source):
+    return [int(value) for (value,) in server.rows(
+        f"SELECT id FROM ids WHERE source = '{source}' ORDER BY id")]
+
+
+class CosidJdbc(unittest.TestCase):
+    def setUp(self):
+        self.store = start_cosid_store("jdbc-store", 24610)
+        self.servers = []
+
+    def tearDown(self):
+        for server in self.servers:
+            server.stop(check=False)
+        self.store.stop(check=False)
+
+    def server(self, name, port, **settings):
+        server = cosid_server(name, port, self.store, **settings)
+        self.servers.append(server)
+        return server
+
+    def java(self, instance_id, **options):
+        return JavaCosId(self.store, instance_id, safe_guard_ms=SAFE_GUARD_MS, **options)
+
+    def assert_unique(self, server):
+        """Every id once, and no (millisecond, machine id) issued under two holders."""
+        duplicates, shared = server.rows(
+            "SELECT (SELECT count(*) - count(DISTINCT id) FROM ids), "
+            "(SELECT count(*) FROM (SELECT id >> 12 FROM ids GROUP BY id >> 12 "
+            "HAVING count(DISTINCT source) > 1) pairs)")[0]
+        total = int(server.query("SELECT count(*) FROM ids"))
+        self.assertEqual((duplicates, shared), ("0", "0"), f"of {total} ids")
+        return total
+
+    def test_java_services_and_cosid_write_one_table(self):
+        """The scenario that gave 343 equal ids with two machine-id schemes: a Java service on
+        machine id 0 (the first of an empty table) and cosid, each 100,000 ids at once into one
+        table; then a second Java service joins while both run."""
+        first = self.java("10.0.0.5:4242")
+        self.assertEqual(first.distribute(), 0)
+        server = self.server("jdbc-a", 24611)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+        holder = self.store.query("SELECT instance_id FROM cosid_machine WHERE machine_id = 1")
+        self.assertRegex(holder, r"^cosid-[0-9a-f]{16}@")
+        second = self.java("10.0.0.6:4242")
+        self.assertEqual(second.distribute(), 2)
+        java_ids = {}
+        threads = [threading.Thread(target=lambda p=p: java_ids.update({p.instance_id: p.ids(IDS)}))
+                   for p in (first, second)]
+        for thread in threads:
+            thread.start()
+        generate(server, IDS)
+        for thread in threads:
+            thread.join()
+        for participant in (first, second):
+            store_ids(server, participant.instance_id, java_ids[participant.instance_id])
+        self.assertEqual(self.assert_unique(server), 3 * IDS)
+        machines = server.rows("SELECT DISTINCT source, (id >> 12) & 1023 FROM ids ORDER BY 1")
+        self.assertEqual(machines, [["10.0.0.5:4242", "0"], ["10.0.0.6:4242", "2"],
+                                    ["cosid", "1"]])
+
+    def test_releases_hand_the_machine_id_over_both_ways(self):
+        """cosid's clean stop writes the last millisecond it issued; the Java service that takes
+        the row next issues above it. The Java service's revert is taken by cosid likewise."""
+        server = self.server("jdbc-b", 24612)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        generate(server, 20_000)
+        cosid_ids = ids_of(server, "cosid")
+        server.stop()
+        last_timestamp = int(self.store.query(
+            "SELECT last_timestamp FROM cosid_machine WHERE machine_id = 0 AND instance_id = ''"))
+        self.assertEqual(last_timestamp, ts_ms_of(cosid_ids[-1]),
+                         "the release writes the exact last millisecond issued")
+        java = self.java("10.0.0.7:4242")
+        self.assertEqual(java.distribute(), 0, "the released row, before any new one")
+        java_ids = java.ids(20_000)
+        self.assertGreater(java_ids[0], cosid_ids[-1])
+        java.revert()
+        server.start()
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        generate(server, 20_000, "cosid again")
+        store_ids(server, "java", java_ids)
+        self.assertGreater(min(ids_of(server, "cosid again")), java_ids[-1])
+        self.assertEqual(self.assert_unique(server), 60_000)
+
+    def test_an_expired_java_row_is_never_taken(self):
+        """A Java service whose renewals stopped may still generate (CosId only reports it):
+        cosid takes a new machine id instead, and the Java instance's ids never meet cosid's."""
+        java = self.java("10.0.0.8:4242")
+        self.assertEqual(java.distribute(), 0)
+        time.sleep(SAFE_GUARD_S + 1)
+        self.assertEqual(self.store.query(
+            f"SELECT count(*) FROM cosid_machine WHERE last_timestamp <= {now_ms() - SAFE_GUARD_MS}"),
+            "1", "the Java row has expired by the claimer's clock")
+        server = self.server("jdbc-c", 24613)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+        generate(server, 20_000)
+        store_ids(server, "java", java.ids(20_000))
+        self.assertEqual(self.assert_unique(server), 40_000)
+        self.assertEqual({machine_of(i) for i in ids_of(server, "java")}, {0})
+
+    def test_a_crashed_servers_row_is_taken_by_java_above_every_id_it_issued(self):
+        """kill -9: no release; the Java service takes the row once it expired by its clock and
+        safe guard (CosId's rule), and issues above every id the crashed server issued, because
+        cosid wrote as last_timestamp a time its ids never reach."""
+        server = self.server("jdbc-d", 24614)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        generate(server, 20_000)
+        cosid_ids = ids_of(server, "cosid")
+        server.query("SELECT cosid_next() FROM generate_series(1, 1000)")
+        server.crash()
+        java = self.java("10.0.0.9:4242")
+        started = time.monotonic()
+        self.assertEqual(java.distribute(), 1, "not the crashed server's row: it is live")
+
+        wait_for(lambda: self.store.query(
+            "SELECT last_timestamp <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint - "
+            f"{SAFE_GUARD_MS} FROM cosid_machine WHERE machine_id = 0") == "t",
+            4 * SAFE_GUARD_S + 10, "the crashed server's row to expire by CosId's rule")
+        taker = self.java("10.0.1.1:4242")
+        self.assertEqual(taker.distribute(), 0)
+        waited = time.monotonic() - started
+        first = taker.next_id()
+        self.assertGreater(first, cosid_ids[-1])
+        self.assertGreater(ts_ms_of(first), ts_ms_of(cosid_ids[-1]) + SAFE_GUARD_MS,
+                           "past the watermark cosid wrote")
+        print(f"\n  the crashed server's row taken by Java after {waited:.1f} s "
+              f"(safe guard {SAFE_GUARD_S} s on each side)", end=" ")
+
+    def test_machine_ids_running_out_and_coming_back(self):
+        """Two machine ids (machine_bits 1), both held by Java services: cosid refuses, says why
+        in cosid.status (problem exhausted), and takes the first one a service reverts."""
+        tiny = {"namespace": "tiny", "machine_bits": 1}
+        held = [self.java(f"10.0.2.{n}:4242", **tiny) for n in (1, 2)]
+        self.assertEqual([java.distribute() for java in held], [0, 1])
+        with self.assertRaises(MachineIdOverflow):
+            self.java("10.0.2.3:4242", **tiny).distribute()
+        server = self.server("jdbc-e", 24615, **{
+            "cosid.namespace": "'tiny'", "cosid.machine_bits": 1, "cosid.timestamp_bits": 41,
+            "cosid.sequence_bits": 12})
+        wait_for(lambda: status(server)["problem"] == "exhausted", 20,
+                 f"cosid to see no machine id left:\n{server.log()[-2000:]}")
+        with self.assertRaises(SqlError) as refused:
+            server.query("SELECT cosid_next()")
+        self.assertEqual(refused.exception.sqlstate, "53400")
+        held[1].revert()
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+
+    def test_new_machine_ids_raced_for(self):
+        """Two cosid servers and Java services claim new machine ids of an empty namespace at
+        once: cosid's insert of a taken name is a retry (ON CONFLICT), every holder distinct.
+        CosId's own insert fails on PostgreSQL with 23505 when it loses that race, as it does
+        for Java services on PostgreSQL today; that count is reported."""
+        servers = [fleet_server(f"jdbc-race-{n}", 24616 + n, self.store.port, extra=JDBC)
+                   for n in range(2)]
+        self.servers.extend(servers)
+        javas = [self.java(f"10.0.3.{n}:4242") for n in range(4)]
+        results = []
+        threads = ([threading.Thread(target=server.start) for server in servers] +
+                   [threading.Thread(target=lambda j=j: results.append(distribute_or_error(j)))
+                    for j in javas])
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for server in servers:
+            server.query("CREATE EXTENSION cosid")
+        cosid_machines = [wait_state(server, "UP")["machine_id"] for server in servers]
+        java_machines = [machine for machine, _ in results if machine is not None]
+        failures = [sqlstate for _, sqlstate in results if sqlstate is not None]
+        self.assertTrue(set(failures) <= {"23505"}, failures)
+        holders = self.store.rows("SELECT machine_id, instance_id FROM cosid_machine")
+        self.assertEqual(len(holders), len({machine for machine, _ in holders}))
+        self.assertEqual(len(set(cosid_machines + [str(m) for m in java_machines])),
+                         len(cosid_machines) + len(java_machines))
+        print(f"\n  {len(failures)} of 4 Java services failed to start on 23505", end=" ")
+
+
+class Settings(unittest.TestCase):
+    def test_cosid_jdbc_needs_a_store_and_no_stable_instance(self):
+        for name, settings, refused in (
+                ("jdbc-no-store", {}, 'invalid value for parameter "cosid.lease_store": ""'),
+                ("jdbc-stable", {"cosid.lease_store": "'host=127.0.0.1 port=1'",
+                                 "cosid.stable": "on", "cosid.instance_id": "'db1'"},
+                 'invalid value for parameter "cosid.stable": on')):
+            server = Cluster(name, free_port(24620), {**JDBC, **settings}).init()
+            self.assertFalse(server.start(check=False))
+            self.assertIn(refused, server.log())
+
+
+if __name__ == "__main__":
+    unittest.main()
