@@ -214,7 +214,6 @@ fn lease_settings(
         lease_store,
         instance_id,
         stable,
-        distributor,
     })
 }
 

@@ -85,8 +85,6 @@ pub struct LeaseSettings {
     /// `cosid.instance_id`, when set.
     pub instance_id: Option<String>,
     pub stable: bool,
-    /// Whose store: cosid's lease protocol, or CosId's JDBC table.
-    pub distributor: DistributorKind,
 }
 
 /// The server-start settings the postmaster read and checked. They live as long as the server:

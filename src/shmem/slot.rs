@@ -23,7 +23,6 @@ pub struct Definition {
     name: [u8; MAX_GENERATOR_NAME_LEN],
     namespace_len: u8,
     namespace: [u8; MAX_NAMESPACE_LEN],
-    distributor: DistributorKind,
 }
 
 pub(super) fn copy_text<const N: usize>(text: &str, into: &mut [u8; N]) -> u8 {
@@ -37,19 +36,13 @@ pub(super) fn copy_text<const N: usize>(text: &str, into: &mut [u8; N]) -> u8 {
 }
 
 impl Definition {
-    fn new(
-        name: &str,
-        namespace: &str,
-        config: GeneratorConfig,
-        distributor: DistributorKind,
-    ) -> Definition {
+    fn new(name: &str, namespace: &str, config: GeneratorConfig) -> Definition {
         let mut definition = Definition {
             config,
             name_len: 0,
             name: [0; MAX_GENERATOR_NAME_LEN],
             namespace_len: 0,
             namespace: [0; MAX_NAMESPACE_LEN],
-            distributor,
         };
         definition.name_len = copy_text(name, &mut definition.name);
         definition.namespace_len = copy_text(namespace, &mut definition.namespace);
@@ -59,19 +52,13 @@ impl Definition {
     /// The default generator: the one of the reserved name [`DEFAULT_NAME`], defined by the
     /// server's settings.
     pub fn default_generator(settings: &ServerSettings) -> Definition {
-        Definition::new(
-            DEFAULT_NAME,
-            &settings.namespace,
-            settings.config,
-            settings.distributor,
-        )
+        Definition::new(DEFAULT_NAME, &settings.namespace, settings.config)
     }
 
-    /// A named generator's definition on this server: the server's distributor, with its own
-    /// name, namespace, layout and sequence reset threshold (without one, CosId's for its
+    /// A named generator's definition on this server (its machine id comes as the default
+    /// one's, from the server's distributor), with its own name, namespace, layout and sequence reset threshold (without one, CosId's for its
     /// layout: half its maximum sequence).
     pub fn named(
-        settings: &ServerSettings,
         name: &str,
         namespace: &str,
         layout: Layout,
@@ -82,7 +69,7 @@ impl Definition {
             sequence_reset_threshold: sequence_reset_threshold
                 .unwrap_or_else(|| default_sequence_reset_threshold(&layout)),
         };
-        Definition::new(name, namespace, config, settings.distributor)
+        Definition::new(name, namespace, config)
     }
 
     pub fn name_bytes(&self) -> &[u8] {
@@ -95,10 +82,6 @@ impl Definition {
 
     pub fn namespace(&self) -> &str {
         std::str::from_utf8(&self.namespace[..usize::from(self.namespace_len)]).unwrap_or("?")
-    }
-
-    pub fn distributor(&self) -> DistributorKind {
-        self.distributor
     }
 
     /// Whether `other` would generate exactly the same ids: a dropped slot is only reused by the
@@ -138,7 +121,7 @@ impl GeneratorSlot {
             state: GeneratorState::closed(),
             status: GeneratorStatus::new(),
             phase: AtomicU32::new(Phase::Free as u32),
-            definition: UnsafeCell::new(Definition::new("", "", config, DistributorKind::Manual)),
+            definition: UnsafeCell::new(Definition::new("", "", config)),
         }
     }
 
@@ -181,8 +164,11 @@ impl GeneratorSlot {
         self.definition().namespace()
     }
 
+    /// Where the generator's machine id comes from: every generator of a server takes it as
+    /// the server's settings say. A slot exists only on a server that preloads cosid, which
+    /// kept its settings before making the segment.
     pub fn distributor(&self) -> DistributorKind {
-        self.definition().distributor()
+        crate::settings::server().map_or(DistributorKind::Manual, |settings| settings.distributor)
     }
 
     /// Gives a `Free` slot its definition and makes it live, opening only after `floor_ms`

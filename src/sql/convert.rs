@@ -15,8 +15,12 @@ pub(super) fn interval_ms(ms: u64) -> Interval {
     Interval::from_micros(ms.min(i64::MAX as u64 / 1_000) as i64 * 1_000)
 }
 
-/// The layout from the settings, read once per process.
+/// The default generator's layout: the one the server started with, or, on a server that
+/// does not preload cosid, the settings' read once per process.
 pub(super) fn layout_or_raise() -> Layout {
+    if let Some(settings) = crate::settings::server() {
+        return settings.config.layout;
+    }
     static LAYOUT: OnceLock<Option<Layout>> = OnceLock::new();
     match LAYOUT.get_or_init(|| crate::settings::layout_setting().ok()) {
         Some(layout) => *layout,

@@ -211,8 +211,7 @@ pub(super) fn check_room(
     let Ok(named) = shmem::named_slots(settings) else {
         return;
     };
-    let definition =
-        shmem::Definition::named(settings, name, namespace, *layout, sequence_reset_threshold);
+    let definition = shmem::Definition::named(name, namespace, *layout, sequence_reset_threshold);
     let reusable = named
         .iter()
         .any(|slot| slot.phase() == Phase::Dropped && slot.definition().same_as(&definition));

@@ -41,7 +41,7 @@ pub extern "C-unwind" fn cosid_worker_main(_arg: pg_sys::Datum) {
         exit_worker();
     }
     let store: SharedStore = match store::open(
-        lease_settings.distributor,
+        settings.distributor,
         lease_settings.lease_store.as_deref(),
         shutdown_requested,
     ) {

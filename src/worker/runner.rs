@@ -212,7 +212,6 @@ impl<'a> Runner<'a> {
             .iter()
             .map(|row| {
                 Definition::named(
-                    self.settings,
                     &row.name,
                     &row.namespace,
                     row.layout,
