@@ -4,7 +4,7 @@
     scripts/make-sql.py [out-dir]        (target/sql by default)
 
 Each sql/updates/X.sql becomes out-dir/X.sql, its directives replaced by what they name, and
-sql/lease_store.sql is copied beside them, so that out-dir holds every SQL file an install or a
+sql/lease_store.sql and sql/cosid_machine.sql are copied beside them, so that out-dir holds every SQL file an install or a
 package ships besides the install script cargo-pgrx generates. An update script cannot include a
 file when PostgreSQL runs it, so the pieces it shares (the store's update inside the extension's,
 functions that lease_store.sql defines too) are put in here. A directive is a line of its own:
@@ -36,7 +36,7 @@ SQL = ROOT / "sql"
 UPDATES = SQL / "updates"
 # Copied as it is: the store's install script, for psql -f (the extension's install script
 # includes it through src/sql/mod.rs).
-COPIED = [SQL / "lease_store.sql"]
+COPIED = [SQL / "lease_store.sql", SQL / "cosid_machine.sql"]
 # The update scripts of released versions, as they were released.
 RELEASED = {
     "cosid--0.1.0--0.2.0.sql": "30d6d592c979437141f0d726c12052ee40e4b288fd2e78735f1016dd30fd90e7",

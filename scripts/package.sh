@@ -12,7 +12,8 @@
 #   postgresql-<major>.
 # The extension directory gets cosid.control, the install script cargo-pgrx generates and every
 # update script scripts/make-sql.py makes (cosid--A--B.sql). The lease store's SQL for `psql -f`
-# (lease_store.sql and its update scripts, also made there) goes to share/contrib/cosid/, where
+# (lease_store.sql and its update scripts, also made there), and CosId's table for cosid_jdbc
+# (cosid_machine.sql) go to share/contrib/cosid/, where
 # PostgreSQL's build system puts SQL scripts that are not an extension's. The library is
 # stripped as Debian strips its own.
 # Needs cargo-pgrx (make setup), dpkg-dev and python3 (installed when missing); the Maintainer field of the .deb is
@@ -102,7 +103,7 @@ stage() {
         fi
         put "$file" "$dest/share/extension/$name"
     done
-    for file in "$made"/lease_store*.sql; do
+    for file in "$made"/lease_store*.sql "$made"/cosid_machine.sql; do
         put "$file" "$dest/share/contrib/cosid/$(basename "$file")"
     done
     [ -e "$dest/share/extension/cosid--$VERSION.sql" ] \

@@ -235,7 +235,8 @@ class Packages(unittest.TestCase):
             names = {name[len(top):] for name in members if name.startswith(top)}
             for name in ("lib/cosid.so", "share/extension/cosid.control",
                          f"share/extension/cosid--{VERSION}.sql",
-                         "share/contrib/cosid/lease_store.sql", "INSTALL", "LICENSE"):
+                         "share/contrib/cosid/lease_store.sql",
+                         "share/contrib/cosid/cosid_machine.sql", "INSTALL", "LICENSE"):
                 self.assertIn(name, names)
             for name in names:
                 self.assertFalse(name.startswith("/") or ".." in name.split("/"), name)
