@@ -170,8 +170,9 @@ class CosidJdbc(unittest.TestCase):
         server = self.server("jdbc-d", 24614)
         self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
         generate(server, 20_000)
-        cosid_ids = ids_of(server, "cosid")
-        server.query("SELECT cosid_next() FROM generate_series(1, 1000)")
+        cosid_ids = ids_of(server, "cosid") + [int(value) for value in server.query(
+            "SELECT cosid_next() FROM generate_series(1, 1000)").split()]
+        cosid_ids.sort()
         server.crash()
         java = self.java("10.0.0.9:4242")
         started = time.monotonic()
