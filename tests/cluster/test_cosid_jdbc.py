@@ -192,6 +192,78 @@ class CosidJdbc(unittest.TestCase):
         print(f"\n  the crashed server's row taken by Java after {waited:.1f} s "
               f"(safe guard {SAFE_GUARD_S} s on each side)", end=" ")
 
+    def test_clocks_skewed_within_the_margin(self):
+        """A Java service whose clock runs 1.5 s ahead reverts its row: cosid, on the real clock,
+        takes it only once its clock is within its broken threshold of the row's last_timestamp
+        (or takes another), and issues above. Then cosid is killed and a service whose clock runs
+        1.5 s behind takes its row when CosId's rule lets it: above every id cosid issued."""
+        ahead = self.java("10.0.4.1:4242", clock_offset_ms=1_500)
+        self.assertEqual(ahead.distribute(), 0)
+        ahead_ids = ahead.ids(20_000)
+        ahead.revert()
+        server = self.server("jdbc-f", 24621)
+        machine = wait_state(server, "UP", timeout=30)["machine_id"]
+        generate(server, 20_000)
+        store_ids(server, "ahead", ahead_ids)
+        cosid_ids = ids_of(server, "cosid")
+        if machine == "0":
+            self.assertGreater(cosid_ids[0], ahead_ids[-1])
+        self.assertEqual(self.assert_unique(server), 40_000)
+        server.crash()
+        behind = self.java("10.0.4.2:4242", clock_offset_ms=-1_500)
+        wait_for(lambda: self.store.query(
+            "SELECT count(*) FROM cosid_machine WHERE instance_id LIKE 'cosid-%' AND "
+            f"last_timestamp <= {behind.now() - SAFE_GUARD_MS}") == "1",
+            4 * SAFE_GUARD_S + 10, "the crashed server's row to expire by the late clock")
+        self.assertEqual(behind.distribute(), int(machine))
+        first = behind.next_id()
+        self.assertGreater(first, cosid_ids[-1])
+        print(f"\n  cosid took machine id {machine} after a service 1.5 s ahead reverted it",
+              end=" ")
+
+    def test_a_java_service_whose_renewals_stop_keeps_generating(self):
+        """The risk left to the Java side, measured: a service that stops renewing but keeps
+        generating (CosId only reports the failed renewals), and a second service that takes its
+        expired row by CosId's rule. cosid, beside them, never takes that row."""
+        stalled = self.java("10.0.5.1:4242")
+        self.assertEqual(stalled.distribute(), 0)
+        server = self.server("jdbc-g", 24622)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+        stalled_ids, taker_ids = [], []
+        stop = threading.Event()
+
+        def keep_generating(participant, into):
+            while not stop.is_set():
+                into.extend(participant.ids(200))
+                time.sleep(0.005)
+        runner = threading.Thread(target=keep_generating, args=(stalled, stalled_ids))
+        runner.start()
+        try:
+            wait_for(lambda: self.store.query(
+                "SELECT last_timestamp <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+                f" - {SAFE_GUARD_MS} FROM cosid_machine WHERE machine_id = 0") == "t",
+                4 * SAFE_GUARD_S, "the stalled service's row to expire")
+            taker = self.java("10.0.5.2:4242")
+            self.assertEqual(taker.distribute(), 0, "CosId takes the expired row")
+            second = threading.Thread(target=keep_generating, args=(taker, taker_ids))
+            second.start()
+            generate(server, 20_000)
+            time.sleep(1)
+        finally:
+            stop.set()
+            runner.join()
+        second.join()
+        java_duplicates = len(stalled_ids) + len(taker_ids) - len(set(stalled_ids + taker_ids))
+        shared = {i >> 12 for i in stalled_ids} & {i >> 12 for i in taker_ids}
+        store_ids(server, "stalled", stalled_ids)
+        store_ids(server, "taker", taker_ids)
+        cosid_ids = set(ids_of(server, "cosid"))
+        self.assertEqual(len(cosid_ids), 20_000)
+        self.assertFalse(cosid_ids & (set(stalled_ids) | set(taker_ids)))
+        print(f"\n  two Java services on machine id 0: {java_duplicates} equal ids and "
+              f"{len(shared)} shared milliseconds in {len(stalled_ids)} and {len(taker_ids)}; "
+              "cosid: 0 in 20000", end=" ")
+
     def test_machine_ids_running_out_and_coming_back(self):
         """Two machine ids (machine_bits 1), both held by Java services: cosid refuses, says why
         in cosid.status (problem exhausted), and takes the first one a service reverts."""

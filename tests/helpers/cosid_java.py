@@ -41,8 +41,10 @@ class MachineIdLost(Exception):
 
 class JavaCosId:
     def __init__(self, store, instance_id, namespace="cosid", machine_bits=10,
-                 safe_guard_ms=4_000, db="postgres"):
+                 safe_guard_ms=4_000, db="postgres", clock_offset_ms=0):
         self.store = store
+        # This instance's wall clock runs that far from this process's.
+        self.clock_offset_ms = clock_offset_ms
         self.db = db
         self.instance_id = instance_id
         self.namespace = namespace
@@ -53,6 +55,9 @@ class JavaCosId:
         # MillisecondSnowflakeId's state.
         self.last_timestamp = -1
         self.sequence = 0
+
+    def now(self):
+        return now_ms() + self.clock_offset_ms
 
     def rows(self, sql):
         return self.store.rows(sql, self.db)
@@ -65,7 +70,7 @@ class JavaCosId:
         return f"{self.namespace}.{machine_id:08d}"
 
     def safe_guard_at(self):
-        return max(0, now_ms() - self.safe_guard_ms)
+        return max(0, self.now() - self.safe_guard_ms)
 
     def distribute(self):
         """The machine id, as CosId distributes it; waits, as CosId does, while the previous
@@ -77,7 +82,7 @@ class JavaCosId:
                         f"last_timestamp>{self.safe_guard_at()}")
         if own:
             self.machine_id = int(own[0][0])
-            self.last_stamp = max(int(own[0][1]), now_ms())
+            self.last_stamp = max(int(own[0][1]), self.now())
             self.guard()
             return self.machine_id
         previous = None
@@ -85,9 +90,9 @@ class JavaCosId:
                 "select machine_id, last_timestamp from cosid_machine where "
                 f"namespace={ns} and (instance_id='' or "
                 f"last_timestamp<={self.safe_guard_at()})"):
-            stamp = now_ms()
+            stamp = self.now()
             if self.updated(f"update cosid_machine set instance_id={me},last_timestamp={stamp},"
-                            f"distribute_time={now_ms()} where "
+                            f"distribute_time={self.now()} where "
                             f"name={literal(self.name(int(machine_id)))} and "
                             f"(instance_id='' or last_timestamp<={self.safe_guard_at()})"):
                 self.machine_id = int(machine_id)
@@ -99,23 +104,23 @@ class JavaCosId:
                                            f"cosid_machine where namespace={ns}", self.db) or 0)
             if next_id > (1 << self.machine_bits) - 1:
                 raise MachineIdOverflow(f"totalMachineIds:[{1 << self.machine_bits}]")
-            stamp = now_ms()
+            stamp = self.now()
             self.store.query(
                 "insert into cosid_machine (name, namespace, machine_id, last_timestamp, "
                 f"instance_id, distribute_time, revert_time) values "
-                f"({literal(self.name(next_id))},{ns},{next_id},{stamp},{me},{now_ms()},0);",
+                f"({literal(self.name(next_id))},{ns},{next_id},{stamp},{me},{self.now()},0);",
                 self.db)
             self.machine_id = next_id
             previous = stamp
-        if previous - now_ms() > 500:
-            raise RuntimeError(f"ClockTooManyBackwardsException: {previous - now_ms()} ms")
-        while now_ms() <= previous:
+        if previous - self.now() > 500:
+            raise RuntimeError(f"ClockTooManyBackwardsException: {previous - self.now()} ms")
+        while self.now() <= previous:
             time.sleep(0.001)
-        self.last_stamp = now_ms()
+        self.last_stamp = self.now()
         return self.machine_id
 
     def guard(self):
-        self.last_stamp = max(self.last_stamp, now_ms())
+        self.last_stamp = max(self.last_stamp, self.now())
         if not self.updated(f"update cosid_machine set last_timestamp={self.last_stamp} where "
                             f"namespace={literal(self.namespace)} and "
                             f"instance_id={literal(self.instance_id)} and "
@@ -123,15 +128,15 @@ class JavaCosId:
             raise MachineIdLost(self.machine_id)
 
     def revert(self):
-        self.last_stamp = max(self.last_stamp, now_ms())
+        self.last_stamp = max(self.last_stamp, self.now())
         self.updated(f"update cosid_machine set instance_id='',last_timestamp={self.last_stamp},"
-                     f"revert_time={now_ms()} where namespace={literal(self.namespace)} and "
+                     f"revert_time={self.now()} where namespace={literal(self.namespace)} and "
                      f"instance_id={literal(self.instance_id)}")
 
     def next_id(self):
         """MillisecondSnowflakeId's next id (41/10/12 bits, CosId's epoch): the sequence goes on
         across milliseconds and restarts only past 2047 in a new one; a full one waits."""
-        timestamp = now_ms()
+        timestamp = self.now()
         if timestamp < self.last_timestamp:
             raise RuntimeError("ClockBackwardsException")
         if timestamp > self.last_timestamp and self.sequence >= 2047:
@@ -139,7 +144,7 @@ class JavaCosId:
         self.sequence = (self.sequence + 1) & 0xFFF
         if self.sequence == 0 and timestamp == self.last_timestamp:
             while timestamp <= self.last_timestamp:
-                timestamp = now_ms()
+                timestamp = self.now()
         self.last_timestamp = timestamp
         return ((timestamp - COSID_EPOCH_MS) << 22) | (self.machine_id << 12) | self.sequence
 
