@@ -25,8 +25,8 @@
 //! was given, the server's.
 
 use crate::protocol::{
-    token_text, Call, ClaimOutcome, ClaimedHow, Holder, Kind, LeaseStore, Param, Readiness,
-    Renewed, SqlTransport, StoreError, Value,
+    bigint, machine_id, text, token_text, Call, ClaimOutcome, ClaimedHow, Holder, Kind, LeaseStore,
+    MalformedAnswer, Param, Readiness, Renewed, SqlTransport, StoreError, Value,
 };
 use std::time::Duration;
 
@@ -157,8 +157,8 @@ impl<T: SqlTransport> CosidJdbc<T> {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let machine_id = machine_id(&row[0], holder.machine_bits)?;
-        let last_timestamp = bigint(&row[1], "last_timestamp")?;
+        let machine_id = machine_id(&row[0], holder.machine_bits).map_err(unexpected)?;
+        let last_timestamp = bigint(&row[1], "last_timestamp").map_err(unexpected)?;
         let guarded = self.rows(
             GUARD_SQL,
             vec![
@@ -191,12 +191,12 @@ impl<T: SqlTransport> CosidJdbc<T> {
             let (Value::Int(id), last_timestamp, holder_text) = (&row[0], &row[1], &row[2]) else {
                 return Err(malformed("a machine id that is not an integer"));
             };
-            let holder_text = text(holder_text, "instance_id")?;
+            let holder_text = text(holder_text, "instance_id").map_err(unexpected)?;
             let takeable = holder_text.is_empty() || held_by_cosid(holder_text);
             if *id >= 0 && (*id as u64) <= max && takeable {
                 free.push(FreeRow {
                     machine_id: *id as u32,
-                    last_timestamp: bigint(last_timestamp, "last_timestamp")?,
+                    last_timestamp: bigint(last_timestamp, "last_timestamp").map_err(unexpected)?,
                     holder: holder_text.to_string(),
                 });
             }
@@ -229,26 +229,25 @@ impl<T: SqlTransport> CosidJdbc<T> {
         Ok(!taken.is_empty())
     }
 
-    /// A new machine id, `max(machine_id) + 1` of the namespace: `None` when another claim
-    /// inserted the same one first.
+    /// A new machine id, `max(machine_id) + 1` of the namespace.
     fn insert_next(
         &mut self,
         holder: &Holder,
         held_by: &str,
         now_ms: i64,
         watermark_ms: i64,
-    ) -> Result<Option<Option<u32>>, StoreError> {
+    ) -> Result<NewMachineId, StoreError> {
         let rows = self.rows(
             NEXT_SQL,
             vec![Param::Text(holder.namespace.clone())],
             &[Kind::BigInt],
         )?;
         let next = match rows.as_slice() {
-            [row] => bigint(&row[0], "next machine id")?,
+            [row] => bigint(&row[0], "next machine id").map_err(unexpected)?,
             _ => return Err(malformed("no next machine id")),
         };
         if next < 0 || next as u64 > max_machine_id(holder.machine_bits) {
-            return Ok(Some(None));
+            return Ok(NewMachineId::NoneLeft);
         }
         let machine_id = next as u32;
         let inserted = self.rows(
@@ -263,11 +262,23 @@ impl<T: SqlTransport> CosidJdbc<T> {
             ],
             &[Kind::Int],
         )?;
-        Ok((!inserted.is_empty()).then_some(Some(machine_id)))
+        Ok(if inserted.is_empty() {
+            NewMachineId::Raced
+        } else {
+            NewMachineId::Inserted(machine_id)
+        })
     }
 }
 
 type Answer = Result<Vec<Vec<Value>>, StoreError>;
+
+enum NewMachineId {
+    Inserted(u32),
+    /// `max(machine_id) + 1` is past the machine bits.
+    NoneLeft,
+    /// Another claim inserted the same one first.
+    Raced,
+}
 
 fn max_machine_id(machine_bits: u32) -> u64 {
     (1u64 << machine_bits) - 1
@@ -279,30 +290,9 @@ fn malformed(what: &str) -> StoreError {
     ))
 }
 
-fn bigint(value: &Value, what: &str) -> Result<i64, StoreError> {
-    match value {
-        Value::BigInt(number) => Ok(*number),
-        _ => Err(malformed(&format!("a {what} that is not a number"))),
-    }
-}
-
-fn text<'a>(value: &'a Value, what: &str) -> Result<&'a str, StoreError> {
-    match value {
-        Value::Text(text) => Ok(text),
-        _ => Err(malformed(&format!("an {what} that is not text"))),
-    }
-}
-
-fn machine_id(value: &Value, machine_bits: u32) -> Result<u32, StoreError> {
-    match value {
-        Value::Int(id) if *id >= 0 && (*id as u64) <= max_machine_id(machine_bits) => {
-            Ok(*id as u32)
-        }
-        _ => Err(malformed(&format!(
-            "a machine id outside 0 to {} ({machine_bits} machine bits)",
-            max_machine_id(machine_bits)
-        ))),
-    }
+/// An answer of the table that is not what its columns promise, said as CosId's table's.
+fn unexpected(why: MalformedAnswer) -> StoreError {
+    malformed(why.what())
 }
 
 impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
@@ -374,9 +364,9 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
             return Ok(ClaimOutcome::Contended);
         }
         match self.insert_next(holder, &held_by, now_ms, watermark_ms)? {
-            Some(Some(machine_id)) => Ok(claimed(machine_id, ClaimedHow::New, 0)),
-            Some(None) => Ok(ClaimOutcome::Exhausted),
-            None => Ok(ClaimOutcome::Contended),
+            NewMachineId::Inserted(machine_id) => Ok(claimed(machine_id, ClaimedHow::New, 0)),
+            NewMachineId::NoneLeft => Ok(ClaimOutcome::Exhausted),
+            NewMachineId::Raced => Ok(ClaimOutcome::Contended),
         }
     }
 

@@ -302,6 +302,13 @@ impl fmt::Display for MalformedAnswer {
     }
 }
 
+impl MalformedAnswer {
+    /// What was answered instead, without the hint about cosid's protocol.
+    pub fn what(&self) -> &str {
+        &self.0
+    }
+}
+
 fn malformed(what: impl Into<String>) -> MalformedAnswer {
     MalformedAnswer(what.into())
 }
@@ -325,7 +332,7 @@ fn single_row<'a>(
     }
 }
 
-fn text<'a>(value: &'a Value, what: &str) -> Result<&'a str, MalformedAnswer> {
+pub(crate) fn text<'a>(value: &'a Value, what: &str) -> Result<&'a str, MalformedAnswer> {
     match value {
         Value::Text(text) => Ok(text),
         Value::Null => Err(malformed(format!("no {what}"))),
@@ -333,7 +340,7 @@ fn text<'a>(value: &'a Value, what: &str) -> Result<&'a str, MalformedAnswer> {
     }
 }
 
-fn bigint(value: &Value, what: &str) -> Result<i64, MalformedAnswer> {
+pub(crate) fn bigint(value: &Value, what: &str) -> Result<i64, MalformedAnswer> {
     match value {
         Value::BigInt(number) => Ok(*number),
         Value::Null => Err(malformed(format!("no {what}"))),
@@ -350,7 +357,7 @@ fn boolean(value: &Value, what: &str) -> Result<bool, MalformedAnswer> {
 }
 
 /// A machine id that fits `machine_bits`.
-fn machine_id(value: &Value, machine_bits: u32) -> Result<u32, MalformedAnswer> {
+pub(crate) fn machine_id(value: &Value, machine_bits: u32) -> Result<u32, MalformedAnswer> {
     let max = (1u64 << machine_bits) - 1;
     match value {
         Value::Int(id) if *id >= 0 && (*id as u64) <= max => Ok(*id as u32),
