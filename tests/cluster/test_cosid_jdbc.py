@@ -48,7 +48,7 @@ def status(server, name="default"):
         f"WHERE name = '{name}'")[0]))
 
 
-def wait_state(server, state, timeout=20):
+def wait_state(server, state, timeout=60):
     return wait_for(lambda: status(server)["state"] == state and status(server), timeout,
                     f"{server.name} to be {state}:\n{server.log()[-2000:]}")
 
@@ -202,7 +202,7 @@ class CosidJdbc(unittest.TestCase):
         ahead_ids = ahead.ids(20_000)
         ahead.revert()
         server = self.server("jdbc-f", 24621)
-        machine = wait_state(server, "UP", timeout=30)["machine_id"]
+        machine = wait_state(server, "UP")["machine_id"]
         generate(server, 20_000)
         store_ids(server, "ahead", ahead_ids)
         cosid_ids = ids_of(server, "cosid")
@@ -242,7 +242,7 @@ class CosidJdbc(unittest.TestCase):
             wait_for(lambda: self.store.query(
                 "SELECT last_timestamp <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
                 f" - {SAFE_GUARD_MS} FROM cosid_machine WHERE machine_id = 0") == "t",
-                4 * SAFE_GUARD_S, "the stalled service's row to expire")
+                4 * SAFE_GUARD_S + 10, "the stalled service's row to expire")
             taker = self.java("10.0.5.2:4242")
             self.assertEqual(taker.distribute(), 0, "CosId takes the expired row")
             second = threading.Thread(target=keep_generating, args=(taker, taker_ids))
@@ -275,7 +275,7 @@ class CosidJdbc(unittest.TestCase):
         server = self.server("jdbc-e", 24615, **{
             "cosid.namespace": "'tiny'", "cosid.machine_bits": 1, "cosid.timestamp_bits": 41,
             "cosid.sequence_bits": 12})
-        wait_for(lambda: status(server)["problem"] == "exhausted", 20,
+        wait_for(lambda: status(server)["problem"] == "exhausted", 60,
                  f"cosid to see no machine id left:\n{server.log()[-2000:]}")
         with self.assertRaises(SqlError) as refused:
             server.query("SELECT cosid_next()")
