@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing cosid needs, skipping whatever is already there:
 # - Debian's PostgreSQL 15 with its server headers, clang for bindgen, and the libraries the
-#   tests use (etcd for the Patroni tests);
+#   tests use (etcd for the Patroni tests, redis-server for the cosid_redis tests);
 # - Debian's prometheus-postgres-exporter and prometheus (for promtool), for the tests of
 #   monitoring/;
 # - relocatable builds of PostgreSQL 16.14 and 18.6 with their server headers, taken from Python
@@ -20,7 +20,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGRX_VERSION=0.18.1
 COSID_PG_ROOT=${COSID_PG_ROOT:-/opt/cosid-postgres}
 export COSID_PG_ROOT
-packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo gcc libssl-dev pkg-config openssl etcd-server python3-venv)
+packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo gcc libssl-dev pkg-config openssl etcd-server python3-venv redis-server)
 
 sudo_if_needed() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -53,8 +53,7 @@ pub extern "C-unwind" fn _PG_init() {
         return;
     }
     // The settings sit below the stores, so the lease store's check is handed to them.
-    let server =
-        settings::server_settings(store::remote::check).unwrap_or_else(|why| why.refuse_start());
+    let server = settings::server_settings(store::check).unwrap_or_else(|why| why.refuse_start());
     let server = settings::keep_server(server);
     match &server.machine {
         settings::MachineSource::Missing(why) => CosidError::prerequisite(format!(

@@ -14,8 +14,8 @@
 //!   never mistaken for another server's or an earlier life's that has the same instance id.
 //! - A claim and each renewal write as `last_timestamp` the watermark: a time no id issued under
 //!   that write reaches (the session stops generating before it). A Java instance that takes the
-//!   row once it has expired by its own clock, or a release that puts back the exact last
-//!   timestamp issued, is thus past every id cosid issued under it.
+//!   row once it has expired by its own clock, or a release that puts back the millisecond after
+//!   the last id issued, is thus past every id cosid issued under it.
 //! - A row held by a Java instance is never taken when it expires, only when it is released: CosId
 //!   keeps generating after its renewals fail (its guarder only reports the failure), so an
 //!   expired Java row may still be in use. Rows cosid held expire as CosId's do.
@@ -397,7 +397,9 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
         }))
     }
 
-    /// CosId's revert of a claimer that is not stable, with the exact last timestamp issued.
+    /// CosId's revert of a claimer that is not stable, with the millisecond after the last id
+    /// issued: CosId's next holder waits only until its clock reaches `last_timestamp`, and may
+    /// issue ids in that very millisecond.
     fn release(
         &mut self,
         holder: &Holder,
@@ -408,7 +410,7 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
         let rows = self.rows(
             RELEASE_SQL,
             vec![
-                Param::BigInt(watermark_ms),
+                Param::BigInt(watermark_ms.saturating_add(1)),
                 Param::BigInt((self.now_ms)()),
                 Param::Text(holder.namespace.clone()),
                 Param::Text(holder_text(&holder.instance_id, token)),
@@ -628,8 +630,8 @@ mod tests {
         assert_eq!(release.sql, RELEASE_SQL);
         assert_eq!(
             release.params[0],
-            Param::BigInt(NOW_MS - 3),
-            "the exact last timestamp issued"
+            Param::BigInt(NOW_MS - 2),
+            "the millisecond after the last id issued"
         );
         assert_eq!(
             release.params[3],

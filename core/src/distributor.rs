@@ -1,5 +1,6 @@
 //! Where a server's machine id comes from: `lease` (the default) leases one from a lease store;
-//! `cosid_jdbc` leases one from CosId's JDBC distributor table (`cosid_jdbc.rs`); `manual` takes `cosid.machine_id`; `stateful_set` takes the ordinal at the end of `HOSTNAME`,
+//! `cosid_jdbc` and `cosid_redis` lease one from CosId's JDBC distributor table (`cosid_jdbc.rs`) or
+//! its Redis distributor (`cosid_redis.rs`); `manual` takes `cosid.machine_id`; `stateful_set` takes the ordinal at the end of `HOSTNAME`,
 //! as a pod of a Kubernetes StatefulSet is named (`pg-3` gives 3). This module resolves the two
 //! that need no store.
 //!
@@ -15,6 +16,8 @@ pub enum DistributorKind {
     Lease = 2,
     /// Leased from CosId's JDBC distributor table (`cosid_jdbc`), shared with Java services.
     CosidJdbc = 3,
+    /// Leased from CosId's Redis distributor (`cosid_redis`), shared with Java services.
+    CosidRedis = 4,
 }
 
 impl DistributorKind {
@@ -24,12 +27,25 @@ impl DistributorKind {
             DistributorKind::StatefulSet => "stateful_set",
             DistributorKind::Lease => "lease",
             DistributorKind::CosidJdbc => "cosid_jdbc",
+            DistributorKind::CosidRedis => "cosid_redis",
         }
     }
 
     /// Whether the machine id is leased from a store (and renewed by the lease worker).
     pub const fn is_leased(self) -> bool {
-        matches!(self, DistributorKind::Lease | DistributorKind::CosidJdbc)
+        matches!(
+            self,
+            DistributorKind::Lease | DistributorKind::CosidJdbc | DistributorKind::CosidRedis
+        )
+    }
+
+    /// Whether the machine id is leased from one of CosId's own distributors, shared with Java
+    /// services: each claim is a holder of its own there, so a server is never "stable".
+    pub const fn is_cosids(self) -> bool {
+        matches!(
+            self,
+            DistributorKind::CosidJdbc | DistributorKind::CosidRedis
+        )
     }
 }
 
@@ -124,7 +140,9 @@ pub fn resolve(
     max_machine_id: u32,
 ) -> Option<Result<u32, NoMachineId>> {
     Some(match kind {
-        DistributorKind::Lease | DistributorKind::CosidJdbc => return None,
+        DistributorKind::Lease | DistributorKind::CosidJdbc | DistributorKind::CosidRedis => {
+            return None
+        }
         DistributorKind::Manual => {
             if manual_machine_id < 0 {
                 Err(NoMachineId::ManualUnset { max_machine_id })

@@ -8,6 +8,7 @@
 
 pub mod conninfo;
 pub mod cosid_jdbc;
+pub mod cosid_redis;
 pub mod distributor;
 pub mod generator;
 pub mod history;

@@ -49,10 +49,10 @@ fn control_character(name: &str, what: &str, value: &str) -> Option<CosidError> 
 /// Reads and checks the server-start settings together.
 ///
 /// `check_lease_store` checks the syntax of `cosid.lease_store` (the caller passes
-/// `store::remote::check`): the settings sit below the stores, which read them, so they are
+/// `store::check`): the settings sit below the stores, which read them, so they are
 /// handed the check rather than reaching up for it.
 pub fn server_settings(
-    check_lease_store: fn(&str) -> Result<(), String>,
+    check_lease_store: fn(DistributorKind, &str) -> Result<(), String>,
 ) -> Result<ServerSettings, CosidError> {
     let layout = layout_setting()?;
     clock_within_layout(&layout, crate::host::unix_ms_now())?;
@@ -74,6 +74,7 @@ pub fn server_settings(
         DistributorSetting::Manual => DistributorKind::Manual,
         DistributorSetting::StatefulSet => DistributorKind::StatefulSet,
         DistributorSetting::CosidJdbc => DistributorKind::CosidJdbc,
+        DistributorSetting::CosidRedis => DistributorKind::CosidRedis,
     };
     let hostname = std::env::var("HOSTNAME").ok();
     let machine = match distributor::resolve(
@@ -152,7 +153,7 @@ fn clock_within_layout(layout: &Layout, now_unix_ms: i64) -> Result<(), CosidErr
 
 fn lease_settings(
     distributor: DistributorKind,
-    check_lease_store: fn(&str) -> Result<(), String>,
+    check_lease_store: fn(DistributorKind, &str) -> Result<(), String>,
 ) -> Result<LeaseSettings, CosidError> {
     // The database itself is ServerSettings::database.
     if string_setting(&DATABASE).is_empty() {
@@ -191,24 +192,30 @@ fn lease_settings(
         })?;
     let lease_store = Some(string_setting(&LEASE_STORE)).filter(|text| !text.trim().is_empty());
     if let Some(conninfo) = &lease_store {
-        check_lease_store(conninfo).map_err(|why| {
+        check_lease_store(distributor, conninfo).map_err(|why| {
             // The value is never quoted: it may hold a password.
-            CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
-                .detail(format!("{why}."))
-                .hint("Write a libpq connection string: key=value pairs, such as host=store.example dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt, with a value that holds spaces in single quotes; or a URL, such as postgresql://cosid@store.example/cosid?sslmode=require, with reserved characters percent-encoded.")
+            let refusal = CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
+                .detail(format!("{why}."));
+            if distributor == DistributorKind::CosidRedis {
+                return refusal.hint("With cosid.distributor = 'cosid_redis', write the URL of the Redis server your CosId services use, such as redis://ids.example:6379/0, or rediss:// for TLS, with reserved characters percent-encoded.");
+            }
+            refusal.hint("Write a libpq connection string: key=value pairs, such as host=store.example dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt, with a value that holds spaces in single quotes; or a URL, such as postgresql://cosid@store.example/cosid?sslmode=require, with reserved characters percent-encoded.")
         })?;
     }
-    if distributor == DistributorKind::CosidJdbc {
-        if lease_store.is_none() {
-            return Err(refused("cosid.lease_store", "\"\"")
-                .detail("cosid.distributor = 'cosid_jdbc' leases machine ids from CosId's table cosid_machine in the database cosid.lease_store names.")
-                .hint("Set cosid.lease_store to a connection string of the PostgreSQL database your CosId services' JDBC distributor uses, such as host=ids.example dbname=ids user=cosid."));
-        }
-        if stable {
-            return Err(refused("cosid.stable", "on")
-                .detail("With cosid.distributor = 'cosid_jdbc' every claim is a holder of its own in cosid_machine: a restarted server takes a released or expired row, never its previous one.")
-                .hint("Set cosid.stable to off."));
-        }
+    if distributor == DistributorKind::CosidJdbc && lease_store.is_none() {
+        return Err(refused("cosid.lease_store", "\"\"")
+            .detail("cosid.distributor = 'cosid_jdbc' leases machine ids from CosId's table cosid_machine in the database cosid.lease_store names.")
+            .hint("Set cosid.lease_store to a connection string of the PostgreSQL database your CosId services' JDBC distributor uses, such as host=ids.example dbname=ids user=cosid."));
+    }
+    if distributor == DistributorKind::CosidRedis && lease_store.is_none() {
+        return Err(refused("cosid.lease_store", "\"\"")
+            .detail("cosid.distributor = 'cosid_redis' leases machine ids from CosId's keys in the Redis server cosid.lease_store names.")
+            .hint("Set cosid.lease_store to the URL of the Redis server your CosId services' Redis distributor uses, such as redis://ids.example:6379/0."));
+    }
+    if distributor.is_cosids() && stable {
+        return Err(refused("cosid.stable", "on")
+            .detail(format!("With cosid.distributor = '{}' every claim is a holder of its own in CosId's distributor: a restarted server takes a released or expired machine id, never its previous one.", distributor.name()))
+            .hint("Set cosid.stable to off."));
     }
     Ok(LeaseSettings {
         lease_store,

@@ -28,6 +28,8 @@ pub enum DistributorSetting {
     StatefulSet,
     #[name = c"cosid_jdbc"]
     CosidJdbc,
+    #[name = c"cosid_redis"]
+    CosidRedis,
 }
 
 pub(super) static NAMESPACE: GucSetting<Option<CString>> =
@@ -204,10 +206,11 @@ pub(super) static SETTINGS: [Setting; 21] = [
     },
     Setting {
         name: c"cosid.distributor",
-        short: c"Where the machine id comes from: lease, manual, stateful_set or cosid_jdbc.",
+        short: c"Where the machine id comes from: lease, manual, stateful_set, cosid_jdbc or cosid_redis.",
         long: c"lease leases one from the lease table; manual takes cosid.machine_id; \
                 stateful_set takes the ordinal at the end of HOSTNAME; cosid_jdbc leases one \
-                from CosId's table cosid_machine in cosid.lease_store, with Java services.",
+                from CosId's table cosid_machine in cosid.lease_store, and cosid_redis from \
+                CosId's keys in the Redis server cosid.lease_store names, with Java services.",
         kind: Kind::Enum(&DISTRIBUTOR),
         context: Context::ServerStart,
         flags: NO_FLAGS,

@@ -3,7 +3,6 @@ played by helpers/cosid_java.py with CosId's statements and timing) share one na
 CosId's table cosid_machine on a plain PostgreSQL, and every id any of them issued is counted:
 0 duplicates, and no (millisecond, machine id) from two holders."""
 
-import subprocess
 import threading
 import time
 import unittest
@@ -11,8 +10,9 @@ import unittest
 from helpers.cosid_java import JavaCosId, MachineIdOverflow, distribute_or_error, now_ms
 from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, fleet_server
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
-from helpers.pgcluster import (ROOT, Cluster, SqlError, chown_to_postgres, free_port,
-                               wait_for)
+from helpers.pgcluster import ROOT, Cluster, SqlError, chown_to_postgres, free_port, wait_for
+from helpers.shared_namespace import (assert_unique, generate, ids_of, status, store_ids,
+                                      wait_state)
 
 DDL = ROOT / "sql" / "cosid_machine.sql"
 JDBC = {**FAST_LEASES, "cosid.distributor": "'cosid_jdbc'"}
@@ -42,32 +42,6 @@ def cosid_server(name, port, store, **settings):
     return server
 
 
-def status(server, name="default"):
-    return dict(zip(["state", "machine_id", "problem", "last_error"], server.rows(
-        "SELECT state, machine_id, problem, last_error FROM cosid.status "
-        f"WHERE name = '{name}'")[0]))
-
-
-def wait_state(server, state, timeout=60):
-    return wait_for(lambda: status(server)["state"] == state and status(server), timeout,
-                    f"{server.name} to be {state}:\n{server.log()[-2000:]}")
-
-
-def store_ids(server, source, ids):
-    subprocess.run(server.psql_command("postgres", "-c", "COPY ids FROM STDIN"), check=True,
-                   input="".join(f"{value}\t{source}\n" for value in ids), text=True)
-
-
-def generate(server, count, source="cosid"):
-    server.query(f"INSERT INTO ids SELECT cosid_next(), '{source}' "
-                 f"FROM generate_series(1, {count})")
-
-
-def ids_of(server, source):
-    return [int(value) for (value,) in server.rows(
-        f"SELECT id FROM ids WHERE source = '{source}' ORDER BY id")]
-
-
 class CosidJdbc(unittest.TestCase):
     def setUp(self):
         self.store = start_cosid_store("jdbc-store", 24610)
@@ -87,14 +61,7 @@ class CosidJdbc(unittest.TestCase):
         return JavaCosId(self.store, instance_id, safe_guard_ms=SAFE_GUARD_MS, **options)
 
     def assert_unique(self, server):
-        """Every id once, and no (millisecond, machine id) issued under two holders."""
-        duplicates, shared = server.rows(
-            "SELECT (SELECT count(*) - count(DISTINCT id) FROM ids), "
-            "(SELECT count(*) FROM (SELECT id >> 12 FROM ids GROUP BY id >> 12 "
-            "HAVING count(DISTINCT source) > 1) pairs)")[0]
-        total = int(server.query("SELECT count(*) FROM ids"))
-        self.assertEqual((duplicates, shared), ("0", "0"), f"of {total} ids")
-        return total
+        return assert_unique(self, server)
 
     def test_java_services_and_cosid_write_one_table(self):
         """The scenario that gave 343 equal ids with two machine-id schemes: a Java service on
@@ -124,8 +91,9 @@ class CosidJdbc(unittest.TestCase):
                                     ["cosid", "1"]])
 
     def test_releases_hand_the_machine_id_over_both_ways(self):
-        """cosid's clean stop writes the last millisecond it issued; the Java service that takes
-        the row next issues above it. The Java service's revert is taken by cosid likewise."""
+        """cosid's clean stop writes the millisecond after the last one it issued (CosId's next
+        holder waits until its clock reaches it); the Java service that takes the row next
+        issues above it. The Java service's revert is taken by cosid likewise."""
         server = self.server("jdbc-b", 24612)
         self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
         generate(server, 20_000)
@@ -133,8 +101,8 @@ class CosidJdbc(unittest.TestCase):
         server.stop()
         last_timestamp = int(self.store.query(
             "SELECT last_timestamp FROM cosid_machine WHERE machine_id = 0 AND instance_id = ''"))
-        self.assertEqual(last_timestamp, ts_ms_of(cosid_ids[-1]),
-                         "the release writes the exact last millisecond issued")
+        self.assertEqual(last_timestamp, ts_ms_of(cosid_ids[-1]) + 1,
+                         "the release writes the millisecond after the last id issued")
         java = self.java("10.0.0.7:4242")
         self.assertEqual(java.distribute(), 0, "the released row, before any new one")
         java_ids = java.ids(20_000)

@@ -14,7 +14,13 @@ statement, as CosId's JdbcMachineIdDistributor sends them:
   (no row: the machine id is lost, and CosId keeps generating);
 - revert: update ... set instance_id=?,last_timestamp=?,revert_time=? where namespace=? and
   instance_id=?.
-Each UPDATE's row count is read through a CTE around it: the same single statement."""
+Each UPDATE's row count is read through a CTE around it: the same single statement.
+
+JavaCosIdRedis is the same service with CosId's Redis distributor (cosid-spring-redis): its
+scripts' semantics on its keys, written here from its protocol.
+
+Both wait after a claim, as CosId's ClockBackwardsSynchronizer does, until their clock reaches
+the previous holder's stamp (not past it): an id in that very millisecond is CosId's."""
 
 import time
 
@@ -39,13 +45,12 @@ class MachineIdLost(Exception):
     pass
 
 
-class JavaCosId:
-    def __init__(self, store, instance_id, namespace="cosid", machine_bits=10,
-                 safe_guard_ms=4_000, db="postgres", clock_offset_ms=0):
-        self.store = store
+class MillisecondSnowflakeId:
+    """CosId's MillisecondSnowflakeId (41/10/12 bits, CosId's epoch) on a participant's clock."""
+
+    def __init__(self, instance_id, namespace, machine_bits, safe_guard_ms, clock_offset_ms):
         # This instance's wall clock runs that far from this process's.
         self.clock_offset_ms = clock_offset_ms
-        self.db = db
         self.instance_id = instance_id
         self.namespace = namespace
         self.machine_bits = machine_bits
@@ -59,6 +64,44 @@ class JavaCosId:
     def now(self):
         return now_ms() + self.clock_offset_ms
 
+    def safe_guard_at(self):
+        return max(0, self.now() - self.safe_guard_ms)
+
+    def sync(self, previous):
+        """ClockBackwardsSynchronizer: waits until this clock reaches `previous` (an error past
+        500 ms), then starts from the current time."""
+        if previous - self.now() > 500:
+            raise RuntimeError(f"ClockTooManyBackwardsException: {previous - self.now()} ms")
+        while self.now() < previous:
+            time.sleep(0.001)
+        self.last_stamp = self.now()
+
+    def next_id(self):
+        """MillisecondSnowflakeId's next id: the sequence goes on across milliseconds and
+        restarts only past 2047 in a new one; a full one waits."""
+        timestamp = self.now()
+        if timestamp < self.last_timestamp:
+            raise RuntimeError("ClockBackwardsException")
+        if timestamp > self.last_timestamp and self.sequence >= 2047:
+            self.sequence = 0
+        self.sequence = (self.sequence + 1) & 0xFFF
+        if self.sequence == 0 and timestamp == self.last_timestamp:
+            while timestamp <= self.last_timestamp:
+                timestamp = self.now()
+        self.last_timestamp = timestamp
+        return ((timestamp - COSID_EPOCH_MS) << 22) | (self.machine_id << 12) | self.sequence
+
+    def ids(self, count):
+        return [self.next_id() for _ in range(count)]
+
+
+class JavaCosId(MillisecondSnowflakeId):
+    def __init__(self, store, instance_id, namespace="cosid", machine_bits=10,
+                 safe_guard_ms=4_000, db="postgres", clock_offset_ms=0):
+        super().__init__(instance_id, namespace, machine_bits, safe_guard_ms, clock_offset_ms)
+        self.store = store
+        self.db = db
+
     def rows(self, sql):
         return self.store.rows(sql, self.db)
 
@@ -69,13 +112,9 @@ class JavaCosId:
     def name(self, machine_id):
         return f"{self.namespace}.{machine_id:08d}"
 
-    def safe_guard_at(self):
-        return max(0, self.now() - self.safe_guard_ms)
-
     def distribute(self):
         """The machine id, as CosId distributes it; waits, as CosId does, while the previous
-        holder's last_timestamp is ahead of this clock (up to 500 ms; more is an error CosId
-        throws after the row was claimed)."""
+        holder's last_timestamp is ahead of this clock (see sync)."""
         ns, me = literal(self.namespace), literal(self.instance_id)
         own = self.rows("select machine_id, last_timestamp from cosid_machine where "
                         f"namespace={ns} and instance_id={me} and "
@@ -112,11 +151,7 @@ class JavaCosId:
                 self.db)
             self.machine_id = next_id
             previous = stamp
-        if previous - self.now() > 500:
-            raise RuntimeError(f"ClockTooManyBackwardsException: {previous - self.now()} ms")
-        while self.now() <= previous:
-            time.sleep(0.001)
-        self.last_stamp = self.now()
+        self.sync(previous)
         return self.machine_id
 
     def guard(self):
@@ -133,24 +168,6 @@ class JavaCosId:
                      f"revert_time={self.now()} where namespace={literal(self.namespace)} and "
                      f"instance_id={literal(self.instance_id)}")
 
-    def next_id(self):
-        """MillisecondSnowflakeId's next id (41/10/12 bits, CosId's epoch): the sequence goes on
-        across milliseconds and restarts only past 2047 in a new one; a full one waits."""
-        timestamp = self.now()
-        if timestamp < self.last_timestamp:
-            raise RuntimeError("ClockBackwardsException")
-        if timestamp > self.last_timestamp and self.sequence >= 2047:
-            self.sequence = 0
-        self.sequence = (self.sequence + 1) & 0xFFF
-        if self.sequence == 0 and timestamp == self.last_timestamp:
-            while timestamp <= self.last_timestamp:
-                timestamp = self.now()
-        self.last_timestamp = timestamp
-        return ((timestamp - COSID_EPOCH_MS) << 22) | (self.machine_id << 12) | self.sequence
-
-    def ids(self, count):
-        return [self.next_id() for _ in range(count)]
-
 
 def distribute_or_error(participant):
     """The machine id, or the SQLSTATE of the statement CosId fails on (23505: two instances
@@ -159,3 +176,109 @@ def distribute_or_error(participant):
         return participant.distribute(), None
     except SqlError as error:
         return None, error.sqlstate
+
+
+# CosId's Redis distributor's scripts, as its protocol says them: keys cosid:{ns}:itc_idx
+# (instance id to "machineId|stamp"), cosid:{ns}:adder (from -1), cosid:{ns}:revert (machine id
+# to stamp); times from the client. Distribute takes the instance's own entry (stamp raised to
+# now), else the first released one (stamp raised to now), else the adder's next while below the
+# maximum, else any entry whose stamp <= safeGuardAt; else {-1, -1}.
+JAVA_REDIS_DISTRIBUTE = """
+local idx = 'cosid:' .. KEYS[1] .. ':itc_idx'
+local adder = 'cosid:' .. KEYS[1] .. ':adder'
+local revert = 'cosid:' .. KEYS[1] .. ':revert'
+local me, max_id = ARGV[1], tonumber(ARGV[2])
+local now, safe_guard_at = tonumber(ARGV[3]), tonumber(ARGV[4])
+local function split(state)
+    local bar = string.find(state, '|', 1, true)
+    return tonumber(string.sub(state, 1, bar - 1)), tonumber(string.sub(state, bar + 1))
+end
+local function keep(id, stamp)
+    redis.call('hset', idx, me, tostring(id) .. '|' .. tostring(stamp))
+    return {id, stamp}
+end
+local mine = redis.call('hget', idx, me)
+if mine then
+    local id, stamp = split(mine)
+    return keep(id, math.max(stamp, now))
+end
+local released = redis.call('hgetall', revert)
+if #released > 0 then
+    redis.call('hdel', revert, released[1])
+    return keep(tonumber(released[1]), math.max(tonumber(released[2]), now))
+end
+local last = redis.call('get', adder)
+if not last then
+    redis.call('set', adder, -1)
+    last = -1
+end
+if tonumber(last) < max_id then
+    return keep(redis.call('incr', adder), now)
+end
+local entries = redis.call('hgetall', idx)
+for i = 1, #entries, 2 do
+    local id, stamp = split(entries[i + 1])
+    if stamp <= safe_guard_at then
+        redis.call('hdel', idx, entries[i])
+        return keep(id, now)
+    end
+end
+return {-1, -1}
+"""
+
+JAVA_REDIS_GUARD = """
+local idx = 'cosid:' .. KEYS[1] .. ':itc_idx'
+local state = redis.call('hget', idx, ARGV[1])
+if not state then
+    return 0
+end
+local id = string.sub(state, 1, string.find(state, '|', 1, true) - 1)
+redis.call('hset', idx, ARGV[1], id .. '|' .. ARGV[2])
+return 1
+"""
+
+JAVA_REDIS_REVERT = """
+local idx = 'cosid:' .. KEYS[1] .. ':itc_idx'
+local state = redis.call('hget', idx, ARGV[1])
+if not state then
+    return 0
+end
+redis.call('hdel', idx, ARGV[1])
+redis.call('hset', 'cosid:' .. KEYS[1] .. ':revert',
+           string.sub(state, 1, string.find(state, '|', 1, true) - 1), ARGV[2])
+return 1
+"""
+
+
+class JavaCosIdRedis(MillisecondSnowflakeId):
+    """A Java service with CosId's Redis distributor (SpringRedisMachineIdDistributor): the key
+    is the namespace as a hash tag, the times this instance's clock."""
+
+    def __init__(self, redis, instance_id, namespace="cosid", machine_bits=10,
+                 safe_guard_ms=4_000, clock_offset_ms=0):
+        super().__init__(instance_id, namespace, machine_bits, safe_guard_ms, clock_offset_ms)
+        self.redis = redis
+
+    def key(self):
+        return "{" + self.namespace + "}"
+
+    def distribute(self):
+        machine_id, stamp = self.redis.call(
+            "EVAL", JAVA_REDIS_DISTRIBUTE, 1, self.key(), self.instance_id,
+            (1 << self.machine_bits) - 1, self.now(), self.safe_guard_at())
+        if machine_id == -1:
+            raise MachineIdOverflow(f"totalMachineIds:[{1 << self.machine_bits}]")
+        self.machine_id = machine_id
+        self.sync(stamp)
+        return machine_id
+
+    def guard(self):
+        self.last_stamp = max(self.last_stamp, self.now())
+        if not self.redis.call("EVAL", JAVA_REDIS_GUARD, 1, self.key(), self.instance_id,
+                               self.last_stamp):
+            raise MachineIdLost(self.machine_id)
+
+    def revert(self):
+        self.last_stamp = max(self.last_stamp, self.now())
+        self.redis.call("EVAL", JAVA_REDIS_REVERT, 1, self.key(), self.instance_id,
+                        self.last_stamp)

@@ -1,0 +1,238 @@
+"""cosid.distributor = 'cosid_redis': cosid servers and Java services (CosId's Redis
+distributor, played by helpers/cosid_java.py with its scripts' semantics and timing) share one
+namespace of CosId's keys in a real redis-server, and every id any of them issued is counted:
+0 duplicates, and no (millisecond, machine id) from two holders."""
+
+import os
+import re
+import signal
+import threading
+import time
+import unittest
+
+from helpers.cosid_java import JavaCosIdRedis, MachineIdOverflow, now_ms
+from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
+from helpers.pgcluster import Cluster, SqlError, free_port, wait_for
+from helpers.redis_server import RedisServer
+from helpers.shared_namespace import (assert_unique, generate, ids_of, status, store_ids,
+                                      wait_state)
+
+REDIS = {**FAST_LEASES, "cosid.distributor": "'cosid_redis'"}
+SAFE_GUARD_MS = int(SAFE_GUARD_S * 1000)
+IDS = 100_000
+TINY = {"cosid.namespace": "'tiny'", "cosid.machine_bits": 1, "cosid.timestamp_bits": 41,
+        "cosid.sequence_bits": 12}
+COSID_HOLDER = re.compile(r"^cosid-[0-9a-f]{16}@")
+
+
+def resume(pid):
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+class CosidRedis(unittest.TestCase):
+    def setUp(self):
+        self.redis = RedisServer(free_port(24640)).start()
+        self.servers = []
+
+    def tearDown(self):
+        for server in self.servers:
+            server.stop(check=False)
+        self.redis.stop()
+
+    def server(self, name, port, **settings):
+        server = Cluster(name, free_port(port), {
+            **REDIS, "cosid.lease_store": f"'{self.redis.url}'", **settings}).init()
+        self.servers.append(server)
+        server.start()
+        server.query("CREATE EXTENSION cosid; CREATE TABLE ids (id bigint, source text)")
+        return server
+
+    def java(self, instance_id, **options):
+        return JavaCosIdRedis(self.redis, instance_id, safe_guard_ms=SAFE_GUARD_MS, **options)
+
+    def entries(self, namespace="cosid"):
+        """CosId's holders of the namespace: holder -> (machine id, stamp)."""
+        flat = self.redis.call("HGETALL", f"cosid:{{{namespace}}}:itc_idx")
+        return {flat[i]: tuple(int(part) for part in flat[i + 1].split("|"))
+                for i in range(0, len(flat), 2)}
+
+    def cosid_entry(self, namespace="cosid"):
+        [(machine_id, stamp)] = [state for holder, state in self.entries(namespace).items()
+                                 if COSID_HOLDER.match(holder)]
+        return machine_id, stamp
+
+    def test_java_services_and_cosid_write_one_table(self):
+        """The scenario that gave 343 equal ids with two machine-id schemes: a Java service on
+        machine id 0 (the adder's first) and cosid, each 100,000 ids at once into one table;
+        then a second Java service joins while both run."""
+        first = self.java("10.0.0.5:4242")
+        self.assertEqual(first.distribute(), 0)
+        server = self.server("redis-a", 24641)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+        self.assertEqual(self.cosid_entry()[0], 1)
+        second = self.java("10.0.0.6:4242")
+        self.assertEqual(second.distribute(), 2)
+        java_ids = {}
+        threads = [threading.Thread(target=lambda p=p: java_ids.update({p.instance_id: p.ids(IDS)}))
+                   for p in (first, second)]
+        for thread in threads:
+            thread.start()
+        generate(server, IDS)
+        for thread in threads:
+            thread.join()
+        for participant in (first, second):
+            store_ids(server, participant.instance_id, java_ids[participant.instance_id])
+        self.assertEqual(assert_unique(self, server), 3 * IDS)
+        machines = server.rows("SELECT DISTINCT source, (id >> 12) & 1023 FROM ids ORDER BY 1")
+        self.assertEqual(machines, [["10.0.0.5:4242", "0"], ["10.0.0.6:4242", "2"],
+                                    ["cosid", "1"]])
+        self.assertEqual(self.redis.call("GET", "cosid:{cosid}:adder"), "2")
+
+    def test_releases_hand_the_machine_id_over_both_ways(self):
+        """cosid's clean stop moves its machine id to CosId's released hash with the millisecond
+        after its last id (CosId waits until its clock reaches it); the Java service that takes
+        it next issues above. The Java service's revert is taken by cosid likewise."""
+        server = self.server("redis-b", 24642)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        generate(server, 20_000)
+        cosid_ids = ids_of(server, "cosid")
+        server.stop()
+        self.assertEqual(self.entries(), {})
+        released = self.redis.call("HGETALL", "cosid:{cosid}:revert")
+        self.assertEqual(released, ["0", str(ts_ms_of(cosid_ids[-1]) + 1)])
+        java = self.java("10.0.0.7:4242")
+        self.assertEqual(java.distribute(), 0, "the released machine id, before a new one")
+        java_ids = java.ids(20_000)
+        self.assertGreater(java_ids[0], cosid_ids[-1])
+        java.revert()
+        server.start()
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        generate(server, 20_000, "cosid again")
+        store_ids(server, "java", java_ids)
+        self.assertGreater(min(ids_of(server, "cosid again")), java_ids[-1])
+        self.assertEqual(assert_unique(self, server), 60_000)
+
+    def test_expired_java_entries_are_never_taken_and_machine_ids_run_out(self):
+        """Two machine ids (machine_bits 1), both held by Java services that stopped renewing:
+        CosId would take them, cosid does not (a Java instance keeps generating when its
+        renewals fail). It refuses with 53400 (problem exhausted) and takes the first one a
+        service reverts."""
+        tiny = {"namespace": "tiny", "machine_bits": 1}
+        held = [self.java(f"10.0.2.{n}:4242", **tiny) for n in (1, 2)]
+        self.assertEqual([java.distribute() for java in held], [0, 1])
+        with self.assertRaises(MachineIdOverflow):
+            self.java("10.0.2.3:4242", **tiny).distribute()
+        wait_for(lambda: all(stamp <= now_ms() - SAFE_GUARD_MS
+                             for _, stamp in self.entries("tiny").values()),
+                 4 * SAFE_GUARD_S + 10, "both Java entries to expire")
+        server = self.server("redis-c", 24643, **TINY)
+        wait_for(lambda: status(server)["problem"] == "exhausted", 60,
+                 f"cosid to see no machine id left:\n{server.log()[-2000:]}")
+        with self.assertRaises(SqlError) as refused:
+            server.query("SELECT cosid_next()")
+        self.assertEqual(refused.exception.sqlstate, "53400")
+        self.assertEqual(sorted(self.entries("tiny")), ["10.0.2.1:4242", "10.0.2.2:4242"])
+        store_ids(server, "java 0", held[0].ids(10_000))
+        store_ids(server, "java 1", held[1].ids(10_000))
+        held[1].revert()
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+        generate(server, 10_000)
+        store_ids(server, "java 0 again", held[0].ids(10_000))
+        self.assertEqual(assert_unique(self, server), 40_000)
+        self.assertEqual({machine_of(i, mask=1) for i in ids_of(server, "cosid")}, {1})
+
+    def test_a_crashed_servers_machine_id_is_taken_by_a_late_clock_above_every_id(self):
+        """kill -9: no release; a Java service whose clock runs 1.5 s behind takes the machine
+        id once it expired by its clock and safe guard (CosId's rule), and issues above every id
+        the crashed server issued, because cosid wrote as stamp a time its ids never reach."""
+        server = self.server("redis-d", 24644, **TINY)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        other = self.java("10.0.3.1:4242", namespace="tiny", machine_bits=1)
+        self.assertEqual(other.distribute(), 1)
+        generate(server, 20_000)
+        cosid_ids = sorted(ids_of(server, "cosid") + [int(value) for value in server.query(
+            "SELECT cosid_next() FROM generate_series(1, 1000)").split()])
+        server.crash()
+        started = time.monotonic()
+        taker = self.java("10.0.3.2:4242", namespace="tiny", machine_bits=1,
+                          clock_offset_ms=-1_500)
+
+        def expired_by_the_late_clock():
+            other.guard()
+            return self.cosid_entry("tiny")[1] <= taker.now() - SAFE_GUARD_MS
+        wait_for(expired_by_the_late_clock, 4 * SAFE_GUARD_S + 10,
+                 "the crashed server's entry to expire by the late clock")
+        self.assertEqual(taker.distribute(), 0)
+        waited = time.monotonic() - started
+        first = taker.next_id()
+        self.assertGreater(first, cosid_ids[-1])
+        self.assertGreater(ts_ms_of(first), ts_ms_of(cosid_ids[-1]) + SAFE_GUARD_MS,
+                           "past the watermark cosid wrote")
+        print(f"\n  the crashed server's machine id taken by a clock 1.5 s late after "
+              f"{waited:.1f} s", end=" ")
+
+    def test_a_halted_lease_worker_stops_ids_before_java_takes_over(self):
+        """The lease worker halted (SIGSTOP) while backends generate: cosid_next() refuses
+        before the stamp it wrote is reached; a Java service takes the machine id once it
+        expired by CosId's rule and generates; the worker, resumed, finds it lost and takes
+        nothing a Java service holds. Every id counted: 0 duplicates, 0 shared pairs."""
+        server = self.server("redis-e", 24645, **TINY)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        other = self.java("10.0.4.1:4242", namespace="tiny", machine_bits=1)
+        self.assertEqual(other.distribute(), 1)
+        worker = server.worker_pid()
+        os.kill(worker, signal.SIGSTOP)
+        self.addCleanup(resume, worker)
+        halted = time.monotonic()
+        refused = None
+        while refused is None:
+            try:
+                generate(server, 2_000)
+            except SqlError as error:
+                refused = error.sqlstate
+            other.guard()
+        refused_after = time.monotonic() - halted
+        self.assertEqual(refused, "55P03")
+        cosid_ids = ids_of(server, "cosid")
+        taker = self.java("10.0.4.2:4242", namespace="tiny", machine_bits=1)
+
+        def expired():
+            other.guard()
+            return self.cosid_entry("tiny")[1] <= taker.now() - SAFE_GUARD_MS
+        wait_for(expired, 4 * SAFE_GUARD_S + 10, "the halted server's entry to expire")
+        self.assertEqual(taker.distribute(), 0)
+        taker_ids = taker.ids(20_000)
+        self.assertGreater(taker_ids[0], cosid_ids[-1])
+        resume(worker)
+        wait_for(lambda: status(server)["problem"] == "exhausted", 60,
+                 f"the resumed worker to find its machine id lost:\n{server.log()[-2000:]}")
+        with self.assertRaises(SqlError) as after:
+            server.query("SELECT cosid_next()")
+        self.assertEqual(after.exception.sqlstate, "53400")
+        store_ids(server, "taker", taker_ids)
+        store_ids(server, "other", other.ids(20_000))
+        total = assert_unique(self, server)
+        print(f"\n  {len(cosid_ids)} ids before the refusal, {refused_after:.1f} s after the "
+              f"halt; {total} ids in all", end=" ")
+
+
+class Settings(unittest.TestCase):
+    def test_cosid_redis_needs_a_redis_url_and_no_stable_instance(self):
+        for name, settings, refused in (
+                ("redis-no-store", {}, 'invalid value for parameter "cosid.lease_store": ""'),
+                ("redis-libpq", {"cosid.lease_store": "'host=127.0.0.1 password=sekret'"},
+                 'invalid value for parameter "cosid.lease_store"'),
+                ("redis-stable", {"cosid.lease_store": "'redis://127.0.0.1:1/0'",
+                                  "cosid.stable": "on", "cosid.instance_id": "'db1'"},
+                 'invalid value for parameter "cosid.stable": on')):
+            server = Cluster(name, free_port(24650), {**REDIS, **settings}).init()
+            self.assertFalse(server.start(check=False))
+            self.assertIn(refused, server.log())
+            self.assertNotIn("sekret", server.log())
+
+
+if __name__ == "__main__":
+    unittest.main()

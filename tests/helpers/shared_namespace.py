@@ -1,0 +1,43 @@
+"""What the tests of cosid's part in CosId's distributors share: a table `ids (id, source)` in a
+cosid server's postgres database, where every participant's ids are stored and counted."""
+
+import subprocess
+
+from .pgcluster import wait_for
+
+
+def status(server, name="default"):
+    return dict(zip(["state", "machine_id", "problem", "last_error"], server.rows(
+        "SELECT state, machine_id, problem, last_error FROM cosid.status "
+        f"WHERE name = '{name}'")[0]))
+
+
+def wait_state(server, state, timeout=60):
+    return wait_for(lambda: status(server)["state"] == state and status(server), timeout,
+                    f"{server.name} to be {state}:\n{server.log()[-2000:]}")
+
+
+def store_ids(server, source, ids):
+    subprocess.run(server.psql_command("postgres", "-c", "COPY ids FROM STDIN"), check=True,
+                   input="".join(f"{value}\t{source}\n" for value in ids), text=True)
+
+
+def generate(server, count, source="cosid"):
+    server.query(f"INSERT INTO ids SELECT cosid_next(), '{source}' "
+                 f"FROM generate_series(1, {count})")
+
+
+def ids_of(server, source):
+    return [int(value) for (value,) in server.rows(
+        f"SELECT id FROM ids WHERE source = '{source}' ORDER BY id")]
+
+
+def assert_unique(test, server):
+    """Every id once, and no (millisecond, machine id) issued under two holders (sources)."""
+    duplicates, shared = server.rows(
+        "SELECT (SELECT count(*) - count(DISTINCT id) FROM ids), "
+        "(SELECT count(*) FROM (SELECT id >> 12 FROM ids GROUP BY id >> 12 "
+        "HAVING count(DISTINCT source) > 1) pairs)")[0]
+    total = int(server.query("SELECT count(*) FROM ids"))
+    test.assertEqual((duplicates, shared), ("0", "0"), f"of {total} ids")
+    return total
