@@ -219,6 +219,48 @@ class CosidRedis(unittest.TestCase):
               f"halt; {total} ids in all", end=" ")
 
 
+    def test_a_java_service_whose_renewals_stop_keeps_generating(self):
+        """The risk left to the Java side, measured: with every machine id handed out (machine
+        bits 1), a service that stops renewing but keeps generating, and a second service that
+        takes its expired entry by CosId's rule. cosid, beside them, keeps its own."""
+        stalled = self.java("10.0.5.1:4242", namespace="tiny", machine_bits=1)
+        self.assertEqual(stalled.distribute(), 0)
+        server = self.server("redis-f", 24646, **TINY)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+        stalled_ids, taker_ids = [], []
+        stop = threading.Event()
+
+        def keep_generating(participant, into):
+            while not stop.is_set():
+                into.extend(participant.ids(200))
+                time.sleep(0.005)
+        runner = threading.Thread(target=keep_generating, args=(stalled, stalled_ids))
+        runner.start()
+        try:
+            wait_for(lambda: self.entries("tiny")["10.0.5.1:4242"][1] <= now_ms() - SAFE_GUARD_MS,
+                     4 * SAFE_GUARD_S + 10, "the stalled service's entry to expire")
+            taker = self.java("10.0.5.2:4242", namespace="tiny", machine_bits=1)
+            self.assertEqual(taker.distribute(), 0, "CosId takes the expired entry")
+            second = threading.Thread(target=keep_generating, args=(taker, taker_ids))
+            second.start()
+            generate(server, 20_000)
+            time.sleep(1)
+        finally:
+            stop.set()
+            runner.join()
+        second.join()
+        java_duplicates = len(stalled_ids) + len(taker_ids) - len(set(stalled_ids + taker_ids))
+        shared = {i >> 12 for i in stalled_ids} & {i >> 12 for i in taker_ids}
+        store_ids(server, "stalled", stalled_ids)
+        store_ids(server, "taker", taker_ids)
+        cosid_ids = set(ids_of(server, "cosid"))
+        self.assertEqual(len(cosid_ids), 20_000)
+        self.assertFalse(cosid_ids & (set(stalled_ids) | set(taker_ids)))
+        print(f"\n  two Java services on machine id 0: {java_duplicates} equal ids and "
+              f"{len(shared)} shared milliseconds in {len(stalled_ids)} and {len(taker_ids)}; "
+              "cosid: 0 in 20000", end=" ")
+
+
 class Settings(unittest.TestCase):
     def test_cosid_redis_needs_a_redis_url_and_no_stable_instance(self):
         for name, settings, refused in (
