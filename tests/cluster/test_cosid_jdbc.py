@@ -3,6 +3,8 @@ played by helpers/cosid_java.py with CosId's statements and timing) share one na
 CosId's table cosid_machine on a plain PostgreSQL, and every id any of them issued is counted:
 0 duplicates, and no (millisecond, machine id) from two holders."""
 
+import os
+import signal
 import threading
 import time
 import unittest
@@ -40,6 +42,13 @@ def cosid_server(name, port, store, **settings):
     server.start()
     server.query("CREATE EXTENSION cosid; CREATE TABLE ids (id bigint, source text)")
     return server
+
+
+def resume(pid):
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
 
 
 class CosidJdbc(unittest.TestCase):
@@ -160,6 +169,51 @@ class CosidJdbc(unittest.TestCase):
         print(f"\n  the crashed server's row taken by Java after {waited:.1f} s "
               f"(safe guard {SAFE_GUARD_S} s on each side)", end=" ")
 
+    def test_a_halted_lease_worker_stops_ids_before_java_takes_over(self):
+        """The lease worker halted (SIGSTOP) while backends generate: cosid_next() refuses
+        before the last_timestamp it wrote is reached; a Java service takes the row once it
+        expired by CosId's rule and generates; the worker, resumed, finds its renewal matches no
+        row and takes a new machine id, never the Java service's. Every id counted."""
+        server = self.server("jdbc-h", 24623)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        other = self.java("10.0.6.1:4242")
+        self.assertEqual(other.distribute(), 1)
+        worker = server.worker_pid()
+        os.kill(worker, signal.SIGSTOP)
+        self.addCleanup(resume, worker)
+        halted = time.monotonic()
+        refused = None
+        while refused is None:
+            try:
+                generate(server, 2_000)
+            except SqlError as error:
+                refused = error.sqlstate
+            other.guard()
+        refused_after = time.monotonic() - halted
+        self.assertEqual(refused, "55P03")
+        cosid_ids = ids_of(server, "cosid")
+        taker = self.java("10.0.6.2:4242")
+
+        def expired():
+            other.guard()
+            return int(self.store.query(
+                "SELECT last_timestamp FROM cosid_machine WHERE machine_id = 0")) <= (
+                taker.now() - SAFE_GUARD_MS)
+        wait_for(expired, 4 * SAFE_GUARD_S + 10, "the halted server's row to expire")
+        self.assertEqual(taker.distribute(), 0)
+        taker_ids = taker.ids(20_000)
+        self.assertGreater(taker_ids[0], cosid_ids[-1])
+        resume(worker)
+        after = wait_for(lambda: status(server)["state"] == "UP"
+                         and status(server)["machine_id"] not in ("0", "1") and status(server),
+                         60, f"the resumed worker to take a new machine id:\n{server.log()[-2000:]}")
+        generate(server, 20_000, "cosid after")
+        store_ids(server, "taker", taker_ids)
+        store_ids(server, "other", other.ids(20_000))
+        total = self.assert_unique(server)
+        print(f"\n  {len(cosid_ids)} ids before the refusal, {refused_after:.1f} s after the "
+              f"halt; resumed on machine id {after['machine_id']}; {total} ids in all", end=" ")
+
     def test_clocks_skewed_within_the_margin(self):
         """A Java service whose clock runs 1.5 s ahead reverts its row: cosid, on the real clock,
         takes it only once its clock is within its broken threshold of the row's last_timestamp
@@ -199,6 +253,7 @@ class CosidJdbc(unittest.TestCase):
         self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
         stalled_ids, taker_ids = [], []
         stop = threading.Event()
+        second = None
 
         def keep_generating(participant, into):
             while not stop.is_set():
@@ -220,7 +275,8 @@ class CosidJdbc(unittest.TestCase):
         finally:
             stop.set()
             runner.join()
-        second.join()
+            if second is not None:
+                second.join()
         java_duplicates = len(stalled_ids) + len(taker_ids) - len(set(stalled_ids + taker_ids))
         shared = {i >> 12 for i in stalled_ids} & {i >> 12 for i in taker_ids}
         store_ids(server, "stalled", stalled_ids)

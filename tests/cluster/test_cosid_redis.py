@@ -229,6 +229,7 @@ class CosidRedis(unittest.TestCase):
         self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
         stalled_ids, taker_ids = [], []
         stop = threading.Event()
+        second = None
 
         def keep_generating(participant, into):
             while not stop.is_set():
@@ -248,7 +249,8 @@ class CosidRedis(unittest.TestCase):
         finally:
             stop.set()
             runner.join()
-        second.join()
+            if second is not None:
+                second.join()
         java_duplicates = len(stalled_ids) + len(taker_ids) - len(set(stalled_ids + taker_ids))
         shared = {i >> 12 for i in stalled_ids} & {i >> 12 for i in taker_ids}
         store_ids(server, "stalled", stalled_ids)
