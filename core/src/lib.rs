@@ -22,3 +22,20 @@ pub mod state_file;
 pub mod store_client;
 pub mod store_timeline;
 pub mod uninstall;
+
+#[cfg(test)]
+mod tests {
+    /// The lease session's messages name "this server's cosid" by this crate's version, so it
+    /// must be the extension's.
+    #[test]
+    fn the_core_crate_has_the_extensions_version() {
+        let extension =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"))
+                .expect("the extension's Cargo.toml");
+        let version = extension
+            .lines()
+            .find_map(|line| line.strip_prefix("version = \""))
+            .and_then(|rest| rest.split('"').next());
+        assert_eq!(version, Some(env!("CARGO_PKG_VERSION")));
+    }
+}

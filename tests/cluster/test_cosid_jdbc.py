@@ -13,8 +13,8 @@ from helpers.cosid_java import JavaCosId, MachineIdOverflow, distribute_or_error
 from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, fleet_server
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
 from helpers.pgcluster import ROOT, Cluster, SqlError, chown_to_postgres, free_port, wait_for
-from helpers.shared_namespace import (assert_unique, generate, ids_of, status, store_ids,
-                                      wait_state)
+from helpers.shared_namespace import (assert_unique, generate, ids_of, logged_holder, status,
+                                      store_ids, wait_state)
 
 DDL = ROOT / "sql" / "cosid_machine.sql"
 JDBC = {**FAST_LEASES, "cosid.distributor": "'cosid_jdbc'"}
@@ -82,6 +82,8 @@ class CosidJdbc(unittest.TestCase):
         self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
         holder = self.store.query("SELECT instance_id FROM cosid_machine WHERE machine_id = 1")
         self.assertRegex(holder, r"^cosid-[0-9a-f]{16}@")
+        self.assertEqual(holder, logged_holder(server),
+                         "the holder is the token of the log line and the status's instance id")
         second = self.java("10.0.0.6:4242")
         self.assertEqual(second.distribute(), 2)
         java_ids = {}

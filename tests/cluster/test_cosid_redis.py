@@ -14,8 +14,8 @@ from helpers.cosid_java import JavaCosIdRedis, MachineIdOverflow, now_ms
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
 from helpers.pgcluster import Cluster, SqlError, free_port, wait_for
 from helpers.redis_server import RedisServer
-from helpers.shared_namespace import (assert_unique, generate, ids_of, status, store_ids,
-                                      wait_state)
+from helpers.shared_namespace import (assert_unique, generate, ids_of, logged_holder, status,
+                                      store_ids, wait_state)
 
 REDIS = {**FAST_LEASES, "cosid.distributor": "'cosid_redis'"}
 SAFE_GUARD_MS = int(SAFE_GUARD_S * 1000)
@@ -73,6 +73,8 @@ class CosidRedis(unittest.TestCase):
         server = self.server("redis-a", 24641)
         self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
         self.assertEqual(self.cosid_entry()[0], 1)
+        self.assertEqual(self.entries()[logged_holder(server)][0], 1,
+                         "the holder is the token of the log line and the status's instance id")
         second = self.java("10.0.0.6:4242")
         self.assertEqual(second.distribute(), 2)
         java_ids = {}

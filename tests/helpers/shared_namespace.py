@@ -1,6 +1,7 @@
 """What the tests of cosid's part in CosId's distributors share: a table `ids (id, source)` in a
 cosid server's postgres database, where every participant's ids are stored and counted."""
 
+import re
 import subprocess
 
 from .pgcluster import wait_for
@@ -15,6 +16,16 @@ def status(server, name="default"):
 def wait_state(server, state, timeout=60):
     return wait_for(lambda: status(server)["state"] == state and status(server), timeout,
                     f"{server.name} to be {state}:\n{server.log()[-2000:]}")
+
+
+def logged_holder(server):
+    """What the server's last claim wrote as CosId's instance id, from its log line (the claim
+    token) and cosid.status (the instance id): cosid-<token>@<instance id>."""
+    tokens = re.findall(r'leased machine id \d+ in namespace "[^"]*" as "([^"]*)" '
+                        r'with claim token ([0-9a-f]{16})', server.log())
+    instance_id, token = tokens[-1]
+    assert server.query("SELECT instance_id FROM cosid.status WHERE name = 'default'") == instance_id
+    return f"cosid-{token}@{instance_id}"
 
 
 def store_ids(server, source, ids):
