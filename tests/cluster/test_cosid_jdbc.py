@@ -13,8 +13,9 @@ from helpers.cosid_java import JavaCosId, MachineIdOverflow, distribute_or_error
 from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, fleet_server
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
 from helpers.pgcluster import ROOT, Cluster, SqlError, chown_to_postgres, free_port, wait_for
-from helpers.shared_namespace import (assert_unique, generate, ids_of, logged_holder, status,
-                                      store_ids, wait_state)
+from helpers.shared_namespace import (assert_unique, generate, ids_of, logged_holder,
+                                      named_generator_beside, status, store_ids,
+                                      wait_state)
 
 DDL = ROOT / "sql" / "cosid_machine.sql"
 JDBC = {**FAST_LEASES, "cosid.distributor": "'cosid_jdbc'"}
@@ -337,6 +338,17 @@ class CosidJdbc(unittest.TestCase):
         self.assertEqual(len(set(cosid_machines + [str(m) for m in java_machines])),
                          len(cosid_machines) + len(java_machines))
         print(f"\n  {len(failures)} of 4 Java services failed to start on 23505", end=" ")
+
+    def test_a_named_generator_leases_in_its_own_namespace(self):
+        """Named generators use the server's distributor, one machine id per namespace: in a
+        namespace where a Java service holds machine id 0, the named generator takes 1, while
+        the default generator holds 0 of its own; 100,000 ids of the two, 0 duplicates."""
+        java = self.java("10.0.7.2:4242", namespace="orders")
+        self.assertEqual(java.distribute(), 0)
+        server = self.server("jdbc-i", 24624)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        named_generator_beside(self, server, java, "cosid_jdbc")
+        self.assertEqual(self.assert_unique(server), 100_000)
 
 
 class Settings(unittest.TestCase):

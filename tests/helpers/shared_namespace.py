@@ -13,9 +13,9 @@ def status(server, name="default"):
         f"WHERE name = '{name}'")[0]))
 
 
-def wait_state(server, state, timeout=60):
-    return wait_for(lambda: status(server)["state"] == state and status(server), timeout,
-                    f"{server.name} to be {state}:\n{server.log()[-2000:]}")
+def wait_state(server, state, timeout=60, name="default"):
+    return wait_for(lambda: status(server, name)["state"] == state and status(server, name),
+                    timeout, f"{server.name}'s {name} to be {state}:\n{server.log()[-2000:]}")
 
 
 def logged_holder(server):
@@ -41,6 +41,20 @@ def generate(server, count, source="cosid"):
 def ids_of(server, source):
     return [int(value) for (value,) in server.rows(
         f"SELECT id FROM ids WHERE source = '{source}' ORDER BY id")]
+
+
+def named_generator_beside(test, server, java, distributor):
+    """A named generator of the server in the Java service's namespace (which holds machine id
+    0 there): it leases from the same distributor, the next machine id, and its ids and the
+    service's are counted together."""
+    server.query("SELECT cosid_create_generator('orders', namespace => 'orders')")
+    named = wait_state(server, "UP", name="orders")
+    test.assertEqual(named["machine_id"], "1")
+    test.assertEqual(server.query("SELECT distributor FROM cosid.status WHERE name = 'orders'"),
+                     distributor)
+    server.query("INSERT INTO ids SELECT cosid_next('orders'), 'orders' "
+                 "FROM generate_series(1, 50000)")
+    store_ids(server, "java", java.ids(50_000))
 
 
 def assert_unique(test, server):
