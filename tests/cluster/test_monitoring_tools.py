@@ -112,6 +112,9 @@ def alerts_firing(scrape, generator):
         text = ",".join(f'{key}="{label}"' for key, label in
                         sorted({**dict(labels), "job": "postgres", "instance": "exporter"}.items()))
         series.append(f"      - series: '{name}{{{text}}}'\n        values: '{value!r}x40'\n")
+    # The scrape answered: Prometheus records up 1 for its target.
+    series.append("      - series: 'up{instance=\"exporter\",job=\"postgres\"}'\n"
+                  "        values: '1x40'\n")
     rules = re.findall(r"^\s+- alert: (\w+)$", RULES.read_text(), re.MULTILINE)
     checks = "".join(f"      - {{eval_time: 10m, alertname: {rule}, exp_alerts: []}}\n"
                      for rule in rules)
