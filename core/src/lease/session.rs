@@ -809,19 +809,28 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
                 self.generator.close();
                 self.set_held(None);
                 self.next_renewal_ms = 0;
-                self.status.count_renewal_failure();
+                self.count_renewal_failure();
                 self.set_problem(LeaseState::Lost, GeneratorProblem::Lost, text);
             }
             Err(why) => {
                 // Tried again soon (the store makes a new connection), not a whole period
                 // later: the lease may be lost, and the store back within a second.
                 self.next_renewal_ms = sent_ms + RENEWAL_RETRY_MS.min(timing.guarder_delay_ms);
-                self.status.count_renewal_failure();
+                self.count_renewal_failure();
                 let text = format!(
                     "renewing the lease of machine id {machine_id} in namespace \"{namespace}\" failed: {why}; trying again"
                 );
                 self.set_problem(LeaseState::Down, GeneratorProblem::StoreError, text);
             }
+        }
+    }
+
+    /// Counts a renewal that did not renew once, however many times it is tried again while
+    /// `DOWN`: an outage of the store is one failure, not one a second (the intermittent
+    /// failures' alert counts renewals that failed and then succeeded).
+    fn count_renewal_failure(&self) {
+        if self.status.state() != LeaseState::Down {
+            self.status.count_renewal_failure();
         }
     }
 

@@ -442,7 +442,38 @@ fn a_failed_renewal_is_tried_again_within_a_second_whatever_the_period() {
     session.step();
     assert_eq!(shared.status.state(), LeaseState::Lost);
     assert!(!shared.generator.is_open());
-    // The failed renewal and the lost one.
+    // One renewal, tried again until the store answered that the lease is lost: one failure.
+    assert_eq!(shared.status.renewal_failures(), 1);
+}
+
+#[test]
+fn an_outage_of_the_store_counts_one_renewal_failure_whatever_its_retries() {
+    let shared = Shared::new();
+    let mut store = store_with_claims([claimed("new", 5, 0)]);
+    let refused = || Err(StoreError::failed("connection refused"));
+    store.renewals = VecDeque::from([
+        refused(),
+        refused(),
+        refused(),
+        Ok(renewed(1_000)),
+        refused(),
+    ]);
+    let mut session = shared.session(store, ScriptedEnv::default());
+    session.step();
+    for _ in 0..3 {
+        session.env.advance(1_000);
+        session.step();
+        assert_eq!(shared.status.state(), LeaseState::Down);
+    }
+    // Three attempts of one renewal while DOWN: one failure.
+    assert_eq!(shared.status.renewal_failures(), 1);
+    session.env.advance(1_000);
+    session.step();
+    assert_eq!(shared.status.state(), LeaseState::Up);
+    // The next renewal fails after a success: a second failure.
+    session.env.advance(1_000);
+    session.step();
+    assert_eq!(shared.status.state(), LeaseState::Down);
     assert_eq!(shared.status.renewal_failures(), 2);
 }
 
