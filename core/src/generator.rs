@@ -291,11 +291,21 @@ impl GeneratorState {
     /// The latest timestamp of an id issued (or of a floor), in Unix milliseconds, over this
     /// opening and every earlier one.
     pub fn last_timestamp_ms(&self, layout: &Layout) -> i64 {
-        let ticks = layout
+        layout.ticks_to_unix_ms(self.last_ticks(layout))
+    }
+
+    /// The last millisecond of the tick of [`Self::last_timestamp_ms`]: with a layout counting
+    /// seconds, a successor that waits only until its clock passes the start of that second
+    /// (CosId's holders do) would issue in it again.
+    pub fn last_tick_end_ms(&self, layout: &Layout) -> i64 {
+        layout.ticks_to_unix_ms(self.last_ticks(layout) + 1) - 1
+    }
+
+    fn last_ticks(&self, layout: &Layout) -> u64 {
+        layout
             .decompose(self.last_word())
             .map_or(0, |parts| parts.ticks)
-            .max(self.earlier_openings_ticks.load(Ordering::Acquire));
-        layout.ticks_to_unix_ms(ticks)
+            .max(self.earlier_openings_ticks.load(Ordering::Acquire))
     }
 
     pub fn stats(&self) -> GeneratorStats {
@@ -653,6 +663,30 @@ mod tests {
         assert_eq!(state.last_timestamp_ms(&config.layout), T0 + 5);
         state.close();
         assert_eq!(state.last_timestamp_ms(&config.layout), T0 + 5);
+    }
+
+    #[test]
+    fn the_last_tick_ends_at_its_last_millisecond() {
+        // Milliseconds: the last timestamp itself.
+        let config = config(12, 2047);
+        let state = opened(&config, 9, T0);
+        let mut clock = ScriptedClock::new(&[T0 + 5]);
+        state.next_id(&config, &mut clock).unwrap();
+        assert_eq!(state.last_tick_end_ms(&config.layout), T0 + 5);
+        // Seconds: the last millisecond of the second of the last id, and of the floor's second
+        // when none was issued (a floor 700 ms into a second).
+        let seconds = GeneratorConfig {
+            layout: Layout::new(COSID_EPOCH_MS, TimeUnit::Second, 31, 10, 1).unwrap(),
+            sequence_reset_threshold: 0,
+        };
+        let second = |n: i64| COSID_EPOCH_MS + n * 1000;
+        let state = opened(&seconds, 4, second(100) + 700);
+        assert_eq!(state.last_timestamp_ms(&seconds.layout), second(100));
+        assert_eq!(state.last_tick_end_ms(&seconds.layout), second(101) - 1);
+        let mut clock = ScriptedClock::new(&[second(101) + 200]);
+        state.next_id(&seconds, &mut clock).unwrap();
+        state.close();
+        assert_eq!(state.last_tick_end_ms(&seconds.layout), second(102) - 1);
     }
 
     #[test]

@@ -197,7 +197,7 @@ fn lease_settings(
             let refusal = CosidError::invalid_argument("invalid value for parameter \"cosid.lease_store\"")
                 .detail(format!("{why}."));
             if distributor == DistributorKind::CosidRedis {
-                return refusal.hint("With cosid.distributor = 'cosid_redis', write the URL of the Redis server your CosId services use, such as redis://ids.example:6379/0, or rediss:// for TLS, with reserved characters percent-encoded.");
+                return refusal.hint("With cosid.distributor = 'cosid_redis', write the URL of the Redis server your CosId services use, such as redis://ids.example:6379/0, with reserved characters percent-encoded (TLS, rediss://, is not built in).");
             }
             refusal.hint("Write a libpq connection string: key=value pairs, such as host=store.example dbname=cosid user=cosid sslmode=verify-full sslrootcert=/etc/cosid/root.crt, with a value that holds spaces in single quotes; or a URL, such as postgresql://cosid@store.example/cosid?sslmode=require, with reserved characters percent-encoded.")
         })?;

@@ -32,7 +32,11 @@ impl RedisStore {
 
     /// A message about the server that never holds the URL's password.
     fn failed(&self, why: &redis::RedisError) -> StoreError {
-        if why.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+        // Redis before 7 wraps a replica's refusal inside a script's error, whose kind is not
+        // ReadOnly: its text still names it.
+        if why.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+            || why.to_string().contains("READONLY")
+        {
             return StoreError::ReadOnly;
         }
         let mut text = why.to_string();

@@ -14,7 +14,7 @@ from helpers.cosid_java import JavaCosIdRedis, MachineIdOverflow, now_ms
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
 from helpers.pgcluster import Cluster, SqlError, free_port, wait_for
 from helpers.redis_server import RedisServer
-from helpers.shared_namespace import (assert_unique, generate, ids_of, logged_holder,
+from helpers.shared_namespace import (assert_unique, generate, ids_of, holder_pattern,
                                       named_generator_beside, status, store_ids,
                                       wait_state)
 
@@ -74,8 +74,10 @@ class CosidRedis(unittest.TestCase):
         server = self.server("redis-a", 24641)
         self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
         self.assertEqual(self.cosid_entry()[0], 1)
-        self.assertEqual(self.entries()[logged_holder(server)][0], 1,
-                         "the holder is the token of the log line and the status's instance id")
+        [(holder, (machine_id, _))] = [(holder, state) for holder, state in self.entries().items()
+                                       if holder.startswith("cosid-")]
+        self.assertRegex(holder, holder_pattern(server), "the status's instance id")
+        self.assertEqual(machine_id, 1)
         second = self.java("10.0.0.6:4242")
         self.assertEqual(second.distribute(), 2)
         java_ids = {}

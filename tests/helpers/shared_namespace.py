@@ -8,24 +8,23 @@ from .pgcluster import wait_for
 
 
 def status(server, name="default"):
-    return dict(zip(["state", "machine_id", "problem", "last_error"], server.rows(
-        "SELECT state, machine_id, problem, last_error FROM cosid.status "
-        f"WHERE name = '{name}'")[0]))
+    """The generator's row of cosid.status, or {} before the lease worker has shown it (a
+    generator just created appears at the worker's next round)."""
+    rows = server.rows("SELECT state, machine_id, problem, last_error FROM cosid.status "
+                       f"WHERE name = '{name}'")
+    return dict(zip(["state", "machine_id", "problem", "last_error"], rows[0])) if rows else {}
 
 
 def wait_state(server, state, timeout=60, name="default"):
-    return wait_for(lambda: status(server, name)["state"] == state and status(server, name),
+    return wait_for(lambda: status(server, name).get("state") == state and status(server, name),
                     timeout, f"{server.name}'s {name} to be {state}:\n{server.log()[-2000:]}")
 
 
-def logged_holder(server):
-    """What the server's last claim wrote as CosId's instance id, from its log line (the claim
-    token) and cosid.status (the instance id): cosid-<token>@<instance id>."""
-    tokens = re.findall(r'leased machine id \d+ in namespace "[^"]*" as "([^"]*)" '
-                        r'with claim token ([0-9a-f]{16})', server.log())
-    instance_id, token = tokens[-1]
-    assert server.query("SELECT instance_id FROM cosid.status WHERE name = 'default'") == instance_id
-    return f"cosid-{token}@{instance_id}"
+def holder_pattern(server):
+    """What the server's claims write as CosId's instance id: cosid-<claim token>@ and the
+    instance id cosid.status shows (the token itself is never shown)."""
+    instance_id = server.query("SELECT instance_id FROM cosid.status WHERE name = 'default'")
+    return rf"^cosid-[0-9a-f]{{16}}@{re.escape(instance_id)}$"
 
 
 def store_ids(server, source, ids):

@@ -40,9 +40,7 @@ use super::{
 };
 use crate::generator::GeneratorState;
 use crate::layout::{format_unix_ms, Layout};
-use crate::protocol::{
-    token_text, ClaimOutcome, ClaimedHow, Holder, LeaseStore, Readiness, StoreError,
-};
+use crate::protocol::{ClaimOutcome, ClaimedHow, Holder, LeaseStore, Readiness, StoreError};
 use crate::state_file::StateRecord;
 use std::time::Duration;
 
@@ -293,12 +291,13 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         }
     }
 
-    /// Stops the generator, and releases the machine id with the exact last timestamp issued.
+    /// Stops the generator, and releases the machine id with the last millisecond of the last
+    /// tick issued (the exact last timestamp with a layout counting milliseconds).
     pub fn shutdown(&mut self) {
         self.generator.close();
         let status = self.status;
         if let Some(held) = self.held() {
-            let last_ms = self.last_issued_ms();
+            let last_ms = self.generator.last_tick_end_ms(&self.layout);
             if self.holder.stable {
                 self.write_state_file(true);
             }
@@ -564,7 +563,6 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
     /// deadline and bound, and says so.
     fn open(&mut self, claimed: Claimed, floor_ms: i64) {
         let machine_id = claimed.held.machine_id;
-        let token = claimed.held.token;
         // Reopening the machine id this generator last used must not lower its floor (a store
         // that forgot the watermark, rows deleted by hand).
         let mut floor_ticks = self.layout.unix_ms_to_ticks(floor_ms).unwrap_or(0);
@@ -595,11 +593,8 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
         self.note(
             LogLevel::Log,
             format!(
-                "cosid: leased machine id {machine_id} in namespace \"{}\" as \"{}\" with claim token {} ({})",
-                self.holder.namespace,
-                self.holder.instance_id,
-                token_text(token),
-                claimed.how
+                "cosid: leased machine id {machine_id} in namespace \"{}\" as \"{}\" ({})",
+                self.holder.namespace, self.holder.instance_id, claimed.how
             ),
         );
     }

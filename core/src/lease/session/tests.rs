@@ -51,7 +51,7 @@ fn a_new_machine_id_opens_the_generator_with_the_claims_limits() {
     assert_eq!(session.next_wake_ms(), START_MONO_MS + 1_000);
     assert_eq!(
         last_log(&session),
-        "cosid: leased machine id 5 in namespace \"orders\" as \"db1:5432:7\" with claim token 000000000000feed (new)"
+        "cosid: leased machine id 5 in namespace \"orders\" as \"db1:5432:7\" (new)"
     );
 
     // The claim carried the holder, the safe guard, the token and the watermark, in order.
