@@ -17,8 +17,11 @@
 //!   until its clock reaches a released stamp.
 //! - An entry a Java instance holds is never taken when it expires (CosId keeps generating after
 //!   its renewals fail); only entries cosid held are.
-//! - A machine id beyond the claimer's machine bits, or one another entry holds, is passed over;
-//!   a renewal or release checks the machine id as well as the holder.
+//! - A machine id beyond the claimer's machine bits, or one another entry holds, is passed over
+//!   (an expired entry of cosid's too, when a second entry holds its machine id); a renewal or
+//!   release checks the machine id as well as the holder.
+//! - An entry that is not `"<machine id>|<stamp>"` stops every claim of the namespace with an
+//!   error naming it: which machine id it holds is unknown.
 //!
 //! Times are the claimer's wall clock, as in CosId.
 
@@ -84,12 +87,14 @@ if own then
 end
 
 local entries = redis.call('hgetall', held)
-local in_use = {}
+local holders = {}
 for i = 1, #entries, 2 do
-    local machine_id = parse(entries[i + 1])
-    if machine_id then
-        in_use[machine_id] = true
+    local machine_id, stamp = parse(entries[i + 1])
+    if not machine_id or not stamp then
+        return redis.error_reply('the entry of ' .. entries[i] .. ' in ' .. held ..
+            ' is not "<machine id>|<stamp>": cosid cannot tell which machine id it holds')
     end
+    holders[machine_id] = (holders[machine_id] or 0) + 1
 end
 
 local reverted = redis.call('hgetall', released)
@@ -97,7 +102,7 @@ for i = 1, #reverted, 2 do
     local machine_id = tonumber(reverted[i])
     local stamp = tonumber(reverted[i + 1])
     if machine_id and stamp and machine_id >= 0 and machine_id <= max_machine_id
-            and not in_use[machine_id] then
+            and not holders[machine_id] then
         redis.call('hdel', released, reverted[i])
         hold(holder, machine_id, math.max(stamp, watermark))
         return {machine_id, stamp, 1}
@@ -109,7 +114,7 @@ if not redis.call('get', adder) then
 end
 while tonumber(redis.call('get', adder)) < max_machine_id do
     local machine_id = redis.call('incr', adder)
-    if not in_use[machine_id] then
+    if not holders[machine_id] then
         hold(holder, machine_id, watermark)
         return {machine_id, 0, 2}
     end
@@ -118,8 +123,8 @@ end
 for i = 1, #entries, 2 do
     local previous = entries[i]
     local machine_id, stamp = parse(entries[i + 1])
-    if machine_id and stamp and stamp <= safe_guard_at and machine_id >= 0
-            and machine_id <= max_machine_id
+    if stamp <= safe_guard_at and machine_id >= 0 and machine_id <= max_machine_id
+            and holders[machine_id] == 1
             and string.match(previous, '^cosid%-' .. string.rep('%x', 16) .. '@') then
         redis.call('hdel', held, previous)
         hold(holder, machine_id, watermark)

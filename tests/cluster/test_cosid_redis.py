@@ -277,6 +277,35 @@ class CosidRedis(unittest.TestCase):
         named_generator_beside(self, server, java, "cosid_redis")
         self.assertEqual(assert_unique(self, server), 100_000)
 
+    def test_entries_cosid_cannot_vouch_for_are_never_taken(self):
+        """Fail closed on what CosId's scripts would not write: an entry that is not
+        "<machine id>|<stamp>" stops cosid's claims, named in cosid.status (which machine id it
+        holds is unknown); an expired entry of cosid's whose machine id a live Java entry also
+        holds is passed over (machine_bits 1, both machine ids handed out)."""
+        held, adder = "cosid:{tiny}:itc_idx", "cosid:{tiny}:adder"
+        self.redis.call("HSET", held, "10.0.9.1:4242", "7")
+        server = self.server("redis-h", 24648, **TINY)
+        wait_for(lambda: "10.0.9.1:4242" in (status(server).get("last_error") or ""), 60,
+                 f"cosid to name the entry it cannot read:\n{server.log()[-2000:]}")
+        self.assertEqual(status(server)["state"], "CLAIMING")
+        self.assertIn('is not "<machine id>|<stamp>"', status(server)["last_error"])
+        with self.assertRaises(SqlError):
+            server.query("SELECT cosid_next()")
+        java = self.java("10.0.9.2:4242", namespace="tiny", machine_bits=1)
+        self.assertEqual(java.distribute(), 0)
+        self.redis.call("SET", adder, "1")
+        self.redis.call("HSET", held, "10.0.9.1:4242", f"1|{now_ms()}",
+                        "cosid-00000000000000aa@gone:5432:1", "1|1")
+        wait_for(lambda: status(server)["problem"] == "exhausted", 60,
+                 f"cosid to pass over the doubly held machine id:\n{server.log()[-2000:]}")
+        self.assertIn("cosid-00000000000000aa@gone:5432:1", self.entries("tiny"))
+        self.redis.call("HDEL", held, "10.0.9.1:4242")
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "1")
+        self.assertNotIn("cosid-00000000000000aa@gone:5432:1", self.entries("tiny"))
+        generate(server, 10_000)
+        store_ids(server, "java", java.ids(10_000))
+        self.assertEqual(assert_unique(self, server), 20_000)
+
 
 class Settings(unittest.TestCase):
     def test_cosid_redis_needs_a_redis_url_and_no_stable_instance(self):
