@@ -1,10 +1,14 @@
-"""cosid's benchmark: cosid_next() against nextval() and gen_random_uuid(), side by side in one
-run, on a dedicated cluster with PostgreSQL's default durability settings.
+"""cosid's benchmark: cosid_next() against nextval(), gen_random_uuid() and (on PostgreSQL 18)
+uuidv7(), side by side in one run, on a dedicated cluster with PostgreSQL's default durability
+settings.
 
-    make bench                     (or: python3 bench/bench.py [--rounds N] [--costs-only])
+    make bench                     (or: python3 bench/bench.py [--rounds N] [--costs-only]
+                                    [--inserts-only] [--insert-rounds N])
 
-Part 4 also compares cosid_next('bench'), a named generator of the same layout, with
-cosid_next(): the cost of finding a generator by name.
+Part 3 inserts 2,000,000 rows keyed by each generator in paired rounds of turning order, and
+gives each key's ratio to cosid_next() within a round: its median and its range. Part 4 also
+compares cosid_next('bench'), a named generator of the same layout, with cosid_next(): the cost
+of finding a generator by name.
 
 Prints median timings of several rounds, the ratios, and the layout's ceiling of 4,096 ids per
 millisecond per machine id.
@@ -37,10 +41,24 @@ CALL_QUERIES = {
     "empty loop": f"SELECT count(g) FROM {LOOP}",
 }
 
+INSERT_ROWS = 2_000_000
+UUIDV7_QUERY = f"SELECT count(uuidv7()) FROM {LOOP}"
+
+
+def call_queries(cluster):
+    """The calls compared, with PostgreSQL 18's uuidv7() where the server has it."""
+    queries = dict(CALL_QUERIES)
+    if cluster.query("SELECT to_regproc('uuidv7') IS NOT NULL") == "t":
+        queries = {**{k: v for k, v in queries.items() if k != "empty loop"},
+                   "uuidv7()": UUIDV7_QUERY, "empty loop": CALL_QUERIES["empty loop"]}
+    return queries
+
+
 TABLES = {
     "cosid_next()": "id bigint PRIMARY KEY DEFAULT cosid_next()",
     "bigint identity": "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-    "uuid gen_random_uuid()": "id uuid PRIMARY KEY DEFAULT gen_random_uuid()",
+    "uuid v7 uuidv7()": "id uuid PRIMARY KEY DEFAULT uuidv7()",
+    "uuid v4 gen_random_uuid()": "id uuid PRIMARY KEY DEFAULT gen_random_uuid()",
 }
 
 
@@ -101,32 +119,66 @@ def parallel_rate(cluster, query, backends):
     return CALLS * backends / wall, wall
 
 
-def inserts(cluster, rounds):
-    results = {}
-    for name, column in TABLES.items():
-        elapsed, sizes = [], []
-        for _ in range(rounds):
-            cluster.query(f"DROP TABLE IF EXISTS bench_t; CREATE TABLE bench_t ({column}, n int)")
-            elapsed += timed_statements(
-                cluster, [f"INSERT INTO bench_t (n) SELECT g FROM generate_series(1, {CALLS}) g"])
-            sizes.append(int(cluster.query(
-                "SELECT pg_relation_size('bench_t_pkey')")))
-        results[name] = (statistics.median(elapsed), statistics.median(sizes))
+def inserts(cluster, rounds, tables):
+    """Paired rounds: each round inserts with every key once, in an order that turns by one key
+    each round (so no key always runs first, or after the same one); a key's ratio to cosid_next()
+    is taken within each round, where the machine's state is the same for both."""
+    names = list(tables)
+    seconds = {name: [] for name in names}
+    sizes = {name: [] for name in names}
+    for round_number in range(rounds):
+        turn = round_number % len(names)
+        for name in names[turn:] + names[:turn]:
+            cluster.query("DROP TABLE IF EXISTS bench_t; "
+                          f"CREATE TABLE bench_t ({tables[name]}, n int); CHECKPOINT")
+            seconds[name] += timed_statements(
+                cluster, [f"INSERT INTO bench_t (n) SELECT g FROM generate_series(1, "
+                          f"{INSERT_ROWS}) g"])
+            sizes[name].append(int(cluster.query("SELECT pg_relation_size('bench_t_pkey')")))
     cluster.query("DROP TABLE bench_t")
-    return results
+    base = seconds["cosid_next()"]
+    return {name: (statistics.median(seconds[name]),
+                   [other / cosid for other, cosid in zip(seconds[name], base)],
+                   statistics.median(sizes[name])) for name in names}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--insert-rounds", type=int, default=3)
+    parser.add_argument("--insert-rounds", type=int, default=6)
     parser.add_argument("--costs-only", action="store_true",
                         help="only part 4, the cost of one call (default and named generator)")
+    parser.add_argument("--inserts-only", action="store_true",
+                        help="only part 3, the paired INSERT rounds")
     args = parser.parse_args()
     if not args.costs_only:
         throughput(args)
-    call_costs(args)
+    if not args.inserts_only:
+        call_costs(args)
+
+
+def calls_side_by_side(cluster, args):
+    medians = single_backend(cluster, args.rounds, call_queries(cluster))
+    print(f"1. One backend, {CALLS:,} calls (median s; ratio = other / cosid_next)")
+    print(f"   {'function':<20}{'seconds':>9}{'calls/ms':>10}{'vs cosid':>10}")
+    for name, seconds in medians.items():
+        print(f"   {name:<20}{seconds:>9.3f}{CALLS / seconds / 1000:>10.0f}"
+              f"{seconds / medians['cosid_next()']:>9.2f}x")
+    cosid_rate = CALLS / medians["cosid_next()"] / 1000
+    print(f"   cosid_next() reaches {100 * cosid_rate / CEILING_IDS_PER_MS:.0f}% of the "
+          f"layout's ceiling; nextval() takes {medians['nextval()'] / medians['cosid_next()']:.2f}x "
+          f"and gen_random_uuid() {medians['gen_random_uuid()'] / medians['cosid_next()']:.2f}x "
+          f"the time of cosid_next().\n")
+
+    print("2. Several backends at once, each 1,000,000 calls (aggregate calls/ms)")
+    print(f"   {'backends':<10}{'cosid_next()':>14}{'nextval()':>12}{'gen_random_uuid()':>19}")
+    for backends in (1, 2, 4):
+        rates = [parallel_rate(cluster, CALL_QUERIES[name], backends)[0] / 1000
+                 for name in ("cosid_next()", "nextval()", "gen_random_uuid()")]
+        print(f"   {backends:<10}{rates[0]:>14.0f}{rates[1]:>12.0f}{rates[2]:>19.0f}")
+    print(f"   One machine id caps cosid_next() at {CEILING_IDS_PER_MS} ids/ms for the whole "
+          f"server, however many backends call it.\n")
 
 
 def throughput(args):
@@ -143,34 +195,22 @@ def throughput(args):
         print(f"layout ceiling: {CEILING_IDS_PER_MS} ids/ms per machine id = "
               f"{CEILING_S:.3f} s per million\n")
 
-        medians = single_backend(cluster, args.rounds)
-        print(f"1. One backend, {CALLS:,} calls (median s; ratio = other / cosid_next)")
-        print(f"   {'function':<20}{'seconds':>9}{'calls/ms':>10}{'vs cosid':>10}")
-        for name, seconds in medians.items():
-            print(f"   {name:<20}{seconds:>9.3f}{CALLS / seconds / 1000:>10.0f}"
-                  f"{seconds / medians['cosid_next()']:>9.2f}x")
-        cosid_rate = CALLS / medians["cosid_next()"] / 1000
-        print(f"   cosid_next() reaches {100 * cosid_rate / CEILING_IDS_PER_MS:.0f}% of the "
-              f"layout's ceiling; nextval() takes {medians['nextval()'] / medians['cosid_next()']:.2f}x "
-              f"and gen_random_uuid() {medians['gen_random_uuid()'] / medians['cosid_next()']:.2f}x "
-              f"the time of cosid_next().\n")
-
-        print("2. Several backends at once, each 1,000,000 calls (aggregate calls/ms)")
-        print(f"   {'backends':<10}{'cosid_next()':>14}{'nextval()':>12}{'gen_random_uuid()':>19}")
-        for backends in (1, 2, 4):
-            rates = [parallel_rate(cluster, CALL_QUERIES[name], backends)[0] / 1000
-                     for name in ("cosid_next()", "nextval()", "gen_random_uuid()")]
-            print(f"   {backends:<10}{rates[0]:>14.0f}{rates[1]:>12.0f}{rates[2]:>19.0f}")
-        print(f"   One machine id caps cosid_next() at {CEILING_IDS_PER_MS} ids/ms for the whole "
-              f"server, however many backends call it.\n")
-
-        print(f"3. INSERT of {CALLS:,} rows, key generated by default "
-              f"(median of {args.insert_rounds})")
-        results = inserts(cluster, args.insert_rounds)
-        base = results["cosid_next()"][0]
-        print(f"   {'key':<24}{'seconds':>9}{'vs cosid':>10}{'pkey index MB':>15}")
-        for name, (seconds, size) in results.items():
-            print(f"   {name:<24}{seconds:>9.3f}{seconds / base:>9.2f}x{size / 2**20:>15.1f}")
+        if not args.inserts_only:
+            calls_side_by_side(cluster, args)
+        tables = dict(TABLES)
+        if cluster.query("SELECT to_regproc('uuidv7') IS NOT NULL") != "t":
+            del tables["uuid v7 uuidv7()"]
+        print(f"3. INSERT of {INSERT_ROWS:,} rows, key generated by default, {args.insert_rounds} "
+              "paired rounds in turning order (median; ratio = other / cosid_next in the same "
+              "round, its median and range)")
+        results = inserts(cluster, args.insert_rounds, tables)
+        print(f"   {'key':<27}{'seconds':>9}{'vs cosid':>10}{'range':>15}{'pkey index MB':>15}")
+        for name, (seconds, ratios, size) in results.items():
+            spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+            print(f"   {name:<27}{seconds:>9.3f}{statistics.median(ratios):>9.2f}x"
+                  f"{spread:>15}{size / 2**20:>15.1f}")
+        if "uuid v7 uuidv7()" not in tables:
+            print("   (no uuidv7() before PostgreSQL 18: make bench PG=18 for UUIDv7)")
     finally:
         cluster.stop()
 
@@ -195,7 +235,7 @@ def call_costs(args):
                            f"SELECT cosid_create_generator('bench', {named_layout})")
             wait_leased(uncapped)
             wait_named(uncapped)
-            queries = dict(CALL_QUERIES)
+            queries = call_queries(uncapped)
             queries["cosid_next('bench')"] = NAMED_QUERY
             medians = single_backend(uncapped, args.rounds, queries)
             loop = medians.pop("empty loop")

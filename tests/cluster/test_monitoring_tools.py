@@ -415,6 +415,18 @@ class AlertingRules(unittest.TestCase):
             self.assertIn(" []", checks, f"{rule} is never tested silent")
         print(f"\n  promtool: {len(rules)} rules checked, unit tests pass", end=" ")
 
+    def test_every_alert_links_to_its_runbook(self):
+        """Each alert's runbook_url names the section of docs/troubleshooting.md titled with the
+        alert's name, and the section is there."""
+        text = RULES.read_text()
+        rules = re.findall(r"^\s+- alert: (\w+)$", text, re.MULTILINE)
+        runbooks = re.findall(r'^\s+runbook_url: "docs/troubleshooting\.md#([\w-]+)"$', text,
+                              re.MULTILINE)
+        self.assertEqual(runbooks, [rule.lower() for rule in rules])
+        headings = re.findall(r"^### (\w+)$", (ROOT / "docs" / "troubleshooting.md").read_text(),
+                              re.MULTILINE)
+        self.assertTrue(set(rules) <= set(headings), set(rules) - set(headings))
+
 
 if __name__ == "__main__":
     unittest.main()
