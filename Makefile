@@ -1,12 +1,15 @@
 # The commands of the README. Each does its own set-up on a fresh Debian 12 machine.
 #
-# PG selects the PostgreSQL major version to build for and test against (15 by default); the
-# tested ones are $(TESTED_PG). PG_CONFIG follows from PG (scripts/pg-config.sh), or is given
-# instead, to build for any other PostgreSQL installation.
+# PG selects the PostgreSQL major version to build for (15 by default): the packaged server in
+# Debian's layout, /usr/lib/postgresql/$(PG), when there is one (Debian's and the PostgreSQL
+# project's packages), else the tests' build of that version (scripts/pg-config.sh). PG_CONFIG,
+# given instead, names any other PostgreSQL installation. make test builds for each tested
+# version, $(TESTED_PG), with the tests' builds, named explicitly.
 PG ?= 15
 TESTED_PG := 15 16 18
 ifeq ($(origin PG_CONFIG),undefined)
-PG_CONFIG := $(shell scripts/pg-config.sh $(PG))
+PG_CONFIG := $(firstword $(wildcard /usr/lib/postgresql/$(PG)/bin/pg_config) \
+	$(shell scripts/pg-config.sh $(PG)))
 endif
 COSID_PORT ?= 5499
 export PG_CONFIG COSID_PORT
@@ -29,15 +32,19 @@ timed = start=$$(date +%s); $(2) || exit $$?; echo "$$(( $$(date +%s) - start ))
 # The upgrade tests need 0.1.0's library on PostgreSQL 15.
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 
-.PHONY: setup install sql run stop test quick unit-test old-versions lint integration-test \
+.PHONY: setup build-setup install sql run stop test quick unit-test old-versions lint integration-test \
 	test-faults fault-run plot bench package
 
+# Everything the tests need (scripts/setup.sh); make install needs only build-setup.
 setup:
 	scripts/setup.sh
 
+build-setup:
+	scripts/setup.sh --build
+
 # Builds the extension and installs it into that PostgreSQL (sudo for the copy when its folders
-# are not writable).
-install: setup sql
+# are not writable). Installs only what building needs (build-setup), never the test stack.
+install: build-setup sql
 	cargo pgrx install --release --pg-config $(PG_CONFIG) \
 		$(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo writable),,--sudo)
 	$(if $(shell test -w "$$($(PG_CONFIG) --sharedir)/extension" && echo writable),,sudo) \
@@ -103,27 +110,27 @@ lint: setup
 	done
 
 # Every tier against one version (PG): its build and install, then tests/suite.py.
-integration-test: install $(call OLD_VERSIONS_FOR,$(PG))
+integration-test: setup install $(call OLD_VERSIONS_FOR,$(PG))
 	cd tests && python3 suite.py --versions "$(PG)" --jobs $(TEST_JOBS) $(TIERS)
 
 # The fault-injection scenarios with a longer randomized mix of faults (make test runs 3 rounds
 # of it), and the load test, one after another in one process, for the table of
 # docs/reliability.md.
-test-faults: install
+test-faults: setup install
 	cd tests && COSID_FAULT_ROUNDS=$${COSID_FAULT_ROUNDS:-20} python3 run.py -v faults.test_faults \
 		faults.test_load
 
 # The picture of a fault run in docs/reliability.md: `make fault-run` runs the scenario of four
 # faults in a row (tests/faults/test_timeline.py) and writes its timeline to
 # docs/images/fault-run.json; `make plot` draws docs/images/fault-run.svg from that file.
-fault-run: install
+fault-run: setup install
 	cd tests && COSID_TIMELINE=../docs/images/fault-run.json python3 run.py -v faults.test_timeline
 	$(MAKE) --no-print-directory plot
 
 plot:
 	python3 scripts/plot-fault-run.py docs/images/fault-run.json docs/images/fault-run.svg
 
-bench: install
+bench: setup install
 	python3 bench/bench.py
 
 # Installable packages in target/packages: a .deb for Debian's PostgreSQL 15, and a tarball for

@@ -1,5 +1,14 @@
 #!/usr/bin/env bash
-# Installs what building and testing cosid needs, skipping whatever is already there:
+# Installs what building and testing cosid needs, skipping whatever is already there.
+#
+# scripts/setup.sh --build (make install): only what building for $PG_CONFIG's PostgreSQL needs,
+# on a host that may run production: clang and the libraries the build links, that PostgreSQL's
+# server headers (Debian's postgresql-server-dev-<major> when it is in Debian's layout;
+# Debian's PostgreSQL 15 itself when nothing is there and 15 is asked for, as make run needs a
+# server), cargo-pgrx 0.18.1, and pgrx's registration of that PostgreSQL. No service, no test
+# tool.
+#
+# scripts/setup.sh (make test, make lint, make package): everything the tests need as well:
 # - Debian's PostgreSQL 15 with its server headers, clang for bindgen, and the libraries the
 #   tests use (etcd for the Patroni tests, redis-server for the cosid_redis tests);
 # - Debian's prometheus-postgres-exporter and prometheus (for promtool), for the tests of
@@ -13,14 +22,14 @@
 # - pgrx's registration of each of these PostgreSQL versions, and of $PG_CONFIG's when it is
 #   another one (`cargo pgrx init` keeps the versions already registered in its config.toml and
 #   adds or replaces the ones it is given).
-# scripts/pg-config.sh prints the pg_config of a major version.
+# scripts/pg-config.sh prints the pg_config of a major version as the tests use it.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGRX_VERSION=0.18.1
 COSID_PG_ROOT=${COSID_PG_ROOT:-/opt/cosid-postgres}
 export COSID_PG_ROOT
-packages=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libclang-dev clang sudo gcc libssl-dev pkg-config openssl etcd-server python3-venv redis-server)
+BUILD_PACKAGES=(libclang-dev clang gcc libssl-dev pkg-config)
 
 sudo_if_needed() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -32,14 +41,78 @@ apt_install() {
     sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
 }
 
-missing=()
-for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
-        || missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    apt_install "${missing[@]}"
+# Installs those of Debian's packages given that are not installed yet.
+apt_install_missing() {
+    local missing=() package
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$package")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        apt_install "${missing[@]}"
+    fi
+}
+
+install_cargo_pgrx() {
+    if ! cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
+        echo "setup: installing cargo-pgrx ${PGRX_VERSION} (about 12 minutes the first time)"
+        cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked
+    fi
+}
+
+PGRX_CONFIG="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+
+# The pgrx registration of $PG_CONFIG's version, when pgrx does not know that version yet
+# (`make install PG=17`, or PG_CONFIG=...): adds "--pg<major> <pg_config>" to the array named.
+register_pg_config() {
+    local -n into=$1
+    local major
+    if [ -n "${PG_CONFIG:-}" ] && [ -x "$PG_CONFIG" ]; then
+        major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+        case " ${into[*]:-} " in
+            *" --pg$major "*) ;;
+            *) grep -qs "^pg$major *=" "$PGRX_CONFIG" || into+=("--pg$major" "$PG_CONFIG") ;;
+        esac
+    fi
+}
+
+if [ "${1:-}" = "--build" ]; then
+    packages=("${BUILD_PACKAGES[@]}")
+    case "${PG_CONFIG:?setup --build: give PG_CONFIG, the pg_config of the PostgreSQL to build for}" in
+        /usr/lib/postgresql/*/bin/pg_config)
+            major=$(basename "$(dirname "$(dirname "$PG_CONFIG")")")
+            if [ ! -x "$PG_CONFIG" ] && [ "$major" = 15 ]; then
+                packages+=(postgresql-15 postgresql-client-15 postgresql-server-dev-15)
+            elif [ -x "$PG_CONFIG" ] \
+                && [ ! -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ]; then
+                packages+=("postgresql-server-dev-$major")
+            fi
+            ;;
+    esac
+    apt_install_missing "${packages[@]}"
+    if [ ! -x "$PG_CONFIG" ]; then
+        echo "setup: no PostgreSQL at $PG_CONFIG: install it first (Debian's or the PostgreSQL" \
+            "project's packages), or give PG_CONFIG=/path/to/pg_config; make setup installs" \
+            "the tests' builds of 16 and 18" >&2
+        exit 1
+    fi
+    if [ ! -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ]; then
+        echo "setup: $PG_CONFIG has no server headers in $("$PG_CONFIG" --includedir-server):" \
+            "install its development package (postgresql-server-dev-<major> on Debian," \
+            "postgresql<major>-devel on Red Hat)" >&2
+        exit 1
+    fi
+    install_cargo_pgrx
+    register=()
+    register_pg_config register
+    if [ ${#register[@]} -gt 0 ]; then
+        cargo pgrx init "${register[@]}"
+    fi
+    exit 0
 fi
+
+apt_install_missing postgresql-15 postgresql-client-15 postgresql-server-dev-15 sudo openssl \
+    etcd-server python3-venv redis-server "${BUILD_PACKAGES[@]}"
 
 # Debian's prometheus-postgres-exporter, and prometheus for promtool, which
 # tests/cluster/test_monitoring_tools.py runs on monitoring/. Without their recommendations
@@ -130,26 +203,14 @@ if ! "$PATRONI_VENV/bin/patroni" --version 2>/dev/null | grep -qx "patroni 4.1.5
     "$PATRONI_VENV/bin/pip" install --quiet "patroni[etcd3,psycopg3]==4.1.5" "psycopg[binary]==3.2.*"
 fi
 
-if ! cargo pgrx --version 2>/dev/null | grep -q " ${PGRX_VERSION}\$"; then
-    echo "setup: installing cargo-pgrx ${PGRX_VERSION} (about 12 minutes the first time)"
-    cargo install cargo-pgrx --version "${PGRX_VERSION}" --locked
-fi
+install_cargo_pgrx
 
-config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
 register=()
 for major in 15 16 18; do
     pg_config=$("$ROOT/scripts/pg-config.sh" "$major")
-    grep -qsx "pg$major = \"$pg_config\"" "$config" || register+=("--pg$major" "$pg_config")
+    grep -qsx "pg$major = \"$pg_config\"" "$PGRX_CONFIG" || register+=("--pg$major" "$pg_config")
 done
-# Another version given with PG_CONFIG (`make install PG=17`, or PG_CONFIG=...), when pgrx does
-# not know that version yet.
-if [ -n "${PG_CONFIG:-}" ] && [ -x "$PG_CONFIG" ]; then
-    major=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
-    case " ${register[*]:-} " in
-        *" --pg$major "*) ;;
-        *) grep -qs "^pg$major *=" "$config" || register+=("--pg$major" "$PG_CONFIG") ;;
-    esac
-fi
+register_pg_config register
 if [ ${#register[@]} -gt 0 ]; then
     cargo pgrx init "${register[@]}"
 fi
