@@ -89,13 +89,18 @@ if [ "${1:-}" = "--build" ]; then
             fi
             ;;
     esac
+    case " ${packages[*]} " in
+        *" postgresql-15 "*) ;;
+        *)
+            if [ ! -x "$PG_CONFIG" ]; then
+                echo "setup: no PostgreSQL at $PG_CONFIG: install it first (Debian's or the" \
+                    "PostgreSQL project's packages), or give PG_CONFIG=/path/to/pg_config;" \
+                    "make setup installs the tests' builds of 16 and 18" >&2
+                exit 1
+            fi
+            ;;
+    esac
     apt_install_missing "${packages[@]}"
-    if [ ! -x "$PG_CONFIG" ]; then
-        echo "setup: no PostgreSQL at $PG_CONFIG: install it first (Debian's or the PostgreSQL" \
-            "project's packages), or give PG_CONFIG=/path/to/pg_config; make setup installs" \
-            "the tests' builds of 16 and 18" >&2
-        exit 1
-    fi
     if [ ! -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ]; then
         echo "setup: $PG_CONFIG has no server headers in $("$PG_CONFIG" --includedir-server):" \
             "install its development package (postgresql-server-dev-<major> on Debian," \
