@@ -133,8 +133,8 @@ plot:
 bench: setup install
 	python3 bench/bench.py
 
-# Installable packages in target/packages: a .deb for Debian's PostgreSQL 15, and a tarball for
-# each tested PostgreSQL version that is installed (scripts/package.sh; README, "Installing from
-# a package").
+# Installable packages in target/packages: for each tested PostgreSQL version installed, a .deb
+# for the packaged server of that major and a tarball (scripts/package.sh; docs/installing.md,
+# "Installing from a package").
 package: setup
 	scripts/package.sh

@@ -6,10 +6,11 @@
 # - cosid-<version>-pg<major>-linux-<arch>.tar.gz: lib/cosid.so and share/..., laid out as under
 #   `pg_config --pkglibdir` and `pg_config --sharedir`, with INSTALL, LICENSE, README.md, docs/
 #   and CHANGELOG.md;
-# - for a PostgreSQL in Debian's layout (/usr/lib/postgresql/<major>, as Debian's packages
-#   install it): postgresql-<major>-cosid_<version>-1_<arch>.deb, named and laid out as Debian's
-#   own extension packages (postgresql-15-cron, postgresql-15-hypopg), depending on
-#   postgresql-<major>.
+# - postgresql-<major>-cosid_<version>-1_<arch>.deb, for the packaged PostgreSQL of that major
+#   (/usr/lib/postgresql/<major>, as Debian's and the PostgreSQL project's packages install it),
+#   named and laid out as Debian's own extension packages (postgresql-15-cron,
+#   postgresql-15-hypopg), depending on postgresql-<major>; built also from a PostgreSQL in
+#   another layout (the tests' builds of 16 and 18), since one major's servers share an ABI.
 # The extension directory gets cosid.control, the install script cargo-pgrx generates and every
 # update script scripts/make-sql.py makes (cosid--A--B.sql). The lease store's SQL for `psql -f`
 # (lease_store.sql and its update scripts, also made there), and CosId's table for cosid_jdbc
@@ -272,9 +273,9 @@ packages_for() {
     staged="$WORK/staged-pg$major"
     stage "$pg_config" "$staged" "$major"
     tarball "$major" "$full" "$staged"
-    if [ "$pkglib" = "/usr/lib/postgresql/$major/lib" ] && [ "$share" = "/usr/share/postgresql/$major" ]; then
-        deb "$major" "$staged" "$pkglib" "$share"
-    fi
+    # The .deb is always in the packaged layout, whatever the layout of the PostgreSQL built
+    # against: one major's servers share an ABI (the library checks it when it loads).
+    deb "$major" "$staged" "/usr/lib/postgresql/$major/lib" "/usr/share/postgresql/$major"
 }
 
 # Each version in a subshell of its own, so that one that fails does not stop the others; the

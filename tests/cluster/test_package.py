@@ -225,6 +225,32 @@ class Packages(unittest.TestCase):
         self.assertEqual(left, [], "files left after dpkg -r")
         self.assertEqual(installed_files(), [])
 
+    @unittest.skipIf(IS_DEBIAN_PG, "installed and used by test_deb_installs_works_and_removes")
+    def test_deb_of_another_build_is_in_the_packaged_layout(self):
+        """The .deb made from a PostgreSQL outside Debian's layout (the tests' builds) installs
+        into the packaged server of its major, /usr/lib/postgresql/<major>: its fields, its
+        files where that server reads them, and the library of the tarball."""
+        self.assertTrue(self.deb.exists(), f"no {self.deb}")
+        fields = run("dpkg-deb", "-f", self.deb, "Package", "Depends").stdout
+        self.assertIn(f"Package: {DEB_PACKAGE}\n", fields)
+        self.assertRegex(fields, rf"Depends: postgresql-{PG_MAJOR}, .*libc6 \(>= ")
+        listed = {line.split()[-1] for line in run("dpkg-deb", "-c", self.deb).stdout.splitlines()}
+        lib, share = f"./usr/lib/postgresql/{PG_MAJOR}/lib", f"./usr/share/postgresql/{PG_MAJOR}"
+        for path in (f"{lib}/cosid.so", f"{share}/extension/cosid.control",
+                     f"{share}/extension/cosid--{VERSION}.sql",
+                     f"{share}/extension/cosid--0.4.0--0.5.0.sql",
+                     f"{share}/contrib/cosid/lease_store.sql",
+                     f"{share}/contrib/cosid/cosid_machine.sql",
+                     f"./usr/share/doc/{DEB_PACKAGE}/copyright",
+                     f"./usr/share/doc/{DEB_PACKAGE}/docs/installing.md.gz"):
+            self.assertIn(path, listed)
+        outside = [path for path in listed if path.startswith("./") and not path.endswith("/")
+                   and not path.startswith((lib + "/", share + "/", "./usr/share/doc/"))]
+        self.assertEqual(outside, [])
+        with tarfile.open(self.tarball) as archive:
+            library = archive.extractfile(f"{TARBALL_NAME}/lib/cosid.so").read()
+        self.assertEqual(deb_member(self.deb, f"{lib}/cosid.so"), library)
+
     def test_tarball_installs_works_and_removes(self):
         self.assertTrue(self.tarball.exists(), f"no {self.tarball}")
         with tarfile.open(self.tarball) as archive:
