@@ -6,6 +6,7 @@ role or a database it cannot read cosid in), promtool runs monitoring/cosid.rule
 those real scrapes (which alerts fire), and checks the rules and runs their unit tests. Without the tools the tests are skipped, except in CI (the CI variable set), where
 they fail: scripts/setup.sh installs them."""
 
+import json
 import math
 import os
 import re
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from helpers.fleet import fleet_server, start_store
@@ -26,6 +28,7 @@ MONITORING = ROOT / "monitoring"
 QUERIES = MONITORING / "postgres_exporter.yml"
 RULES = MONITORING / "cosid.rules.yml"
 RULE_TESTS = MONITORING / "cosid.rules.test.yml"
+DASHBOARD = MONITORING / "cosid-dashboard.json"
 EXPORTER = "prometheus-postgres-exporter"
 # In the order of cosid_generator_state_code (0 to 5).
 STATES = ["UP", "DOWN", "CLAIMING", "LOST", "CLOCK_BEHIND", "STOPPED"]
@@ -393,6 +396,117 @@ class ExporterScrapesCosid(ClusterTest):
              "machine_id": -1, "no_machine_id_left": 0, "ids_issued": 0})
         self.assertTrue(math.isnan(stopped["deadline_seconds"]), stopped)
         self.assertEqual(alerts_firing(scrape, "default"), {"CosidGeneratorNotGenerating"})
+
+
+class Prometheus:
+    """A real Prometheus on loopback scraping `targets` every second, with cosid's alerting rules
+    loaded, its data in a temporary folder."""
+
+    def __init__(self, test, targets, preferred_port=25730):
+        self.port = free_port(preferred_port)
+        self.dir = tempfile.mkdtemp(prefix="cosid-prometheus-")
+        test.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        config = os.path.join(self.dir, "prometheus.yml")
+        with open(config, "w") as out:
+            out.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                      f"rule_files:\n  - {RULES}\n"
+                      "scrape_configs:\n  - job_name: cosid\n    static_configs:\n"
+                      f"      - targets: {json.dumps(targets)}\n")
+        self.log = os.path.join(self.dir, "prometheus.log")
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [tool("prometheus"), f"--config.file={config}",
+                 f"--storage.tsdb.path={os.path.join(self.dir, 'data')}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT)
+        test.addCleanup(self.stop)
+        wait_for(self.ready, 30, f"Prometheus on port {self.port} to be ready")
+
+    def ready(self):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2).read()
+            return True
+        except (urllib.error.URLError, ConnectionError):
+            assert self.process.poll() is None, open(self.log).read()[-3000:]
+            return False
+
+    def api(self, path, **params):
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=10) as page:
+            answer = json.load(page)
+        assert answer["status"] == "success", answer
+        return answer["data"]
+
+    def query(self, expr):
+        """The series of an instant query."""
+        return self.api("query", query=expr)["result"]
+
+    def alerts(self):
+        return {alert["labels"]["alertname"] for alert in self.api("alerts")["alerts"]}
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def dashboard_queries():
+    """Every query of monitoring/cosid-dashboard.json, as Prometheus runs it once Grafana has put
+    in its variables (every instance and generator; a rate over a minute)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = (target["expr"].replace("$instance", ".+").replace("$generator", ".+")
+                    .replace("$__rate_interval", "1m"))
+            queries.append((panel["title"], expr))
+    return dashboard, queries
+
+
+class Dashboard(ClusterTest):
+    def test_every_panel_has_series_from_a_real_prometheus_up_and_down(self):
+        """The Grafana dashboard's queries against a real Prometheus scraping the real exporter
+        of a server whose lease is UP, then DOWN (its store stopped): each returns series in
+        both. The alerting rules, loaded in that Prometheus, have the DOWN one pending."""
+        tool(EXPORTER)
+        dashboard, queries = dashboard_queries()
+        ids = [panel["id"] for panel in dashboard["panels"]]
+        self.assertEqual(len(ids), len(set(ids)), "panel ids are unique")
+        self.assertEqual({var["name"] for var in dashboard["templating"]["list"]},
+                         {"datasource", "instance", "generator"})
+        # Every metric the dashboard shows is one the exporter's file defines.
+        defined = set(re.findall(r"^    - ([a-z_]+):$", QUERIES.read_text(), re.MULTILINE))
+        for metric in set(re.findall(r"\bcosid_generator_([a-z_]+)", DASHBOARD.read_text())):
+            self.assertIn(metric, defined)
+        store = self.track(start_store("dashboard-store", 25731))
+        server = self.track(fleet_server("dashboard", 25732, store.port, dict(FAST_LEASES)))
+        server.start()
+        server.query("CREATE EXTENSION cosid; "
+                     "CREATE ROLE cosid_exporter LOGIN IN ROLE pg_monitor")
+        exporter = Exporter(self, server, "cosid_exporter", preferred_port=25733)
+        exporter.scrape_until(lambda s: state_of(s, "default") == 0, 30, "default UP")
+        prometheus = Prometheus(self, [f"127.0.0.1:{exporter.port}"], preferred_port=25734)
+
+        def every_panel_answers(state_code):
+            if not prometheus.query(f"cosid_generator_state_code == {state_code}"):
+                return False
+            if state_code == 0:
+                server.query("SELECT count(cosid_next()) FROM generate_series(1, 100)")
+            return all(prometheus.query(expr) for _, expr in queries)
+        wait_for(lambda: every_panel_answers(0), 60,
+                 f"every panel's query to return series while UP: {queries}")
+        rate = prometheus.query('rate(cosid_generator_ids_issued{generator="default"}[1m])')
+        self.assertGreater(float(rate[0]["value"][1]), 0, "ids per second while generating")
+
+        store.stop(mode="immediate")
+        wait_for(lambda: every_panel_answers(1), 60,
+                 f"every panel's query to return series while DOWN: {queries}")
+        wait_for(lambda: "CosidLeaseRenewalFailing" in prometheus.alerts(), 30,
+                 "the alert of a DOWN lease to be pending in Prometheus")
+        print(f"\n  {len(queries)} queries of {len(ids)} panels answered UP and DOWN", end=" ")
 
 
 class AlertingRules(unittest.TestCase):
