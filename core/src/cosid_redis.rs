@@ -17,6 +17,10 @@
 //!   until its clock reaches a released stamp.
 //! - An entry a Java instance holds is never taken when it expires (CosId keeps generating after
 //!   its renewals fail); only entries cosid held are.
+//! - A claim keeps the stamp it found (its floor) in cosid's own hash `cosid:{<namespace>}:
+//!   cosid_claim_floor` until its first renewal: a claim whose answer was lost finds its entry
+//!   again on its next attempt, and waits for that floor, not for the watermark it wrote itself
+//!   (which is a safe guard ahead, and would make it give the machine id back).
 //! - A machine id beyond the claimer's machine bits, or one another entry holds, is passed over
 //!   (an expired entry of cosid's too, when a second entry holds its machine id); a renewal or
 //!   release checks the machine id as well as the holder.
@@ -53,6 +57,7 @@ macro_rules! lua_prelude {
 local held = 'cosid:' .. KEYS[1] .. ':itc_idx'
 local released = 'cosid:' .. KEYS[1] .. ':revert'
 local adder = 'cosid:' .. KEYS[1] .. ':adder'
+local floors = 'cosid:' .. KEYS[1] .. ':cosid_claim_floor'
 local function parse(entry)
     local bar = string.find(entry, '|', 1, true)
     if not bar then
@@ -82,7 +87,8 @@ if own then
     local machine_id, stamp = parse(own)
     if machine_id and stamp then
         hold(holder, machine_id, math.max(stamp, watermark))
-        return {machine_id, stamp, 0}
+        -- The stamp is this claim's own watermark: the floor it found is kept apart.
+        return {machine_id, tonumber(redis.call('hget', floors, holder)) or stamp, 0}
     end
 end
 
@@ -105,6 +111,7 @@ for i = 1, #reverted, 2 do
             and not holders[machine_id] then
         redis.call('hdel', released, reverted[i])
         hold(holder, machine_id, math.max(stamp, watermark))
+        redis.call('hset', floors, holder, stamp)
         return {machine_id, stamp, 1}
     end
 end
@@ -116,6 +123,7 @@ while tonumber(redis.call('get', adder)) < max_machine_id do
     local machine_id = redis.call('incr', adder)
     if not holders[machine_id] then
         hold(holder, machine_id, watermark)
+        redis.call('hset', floors, holder, 0)
         return {machine_id, 0, 2}
     end
 end
@@ -127,7 +135,9 @@ for i = 1, #entries, 2 do
             and holders[machine_id] == 1
             and string.match(previous, '^cosid%-' .. string.rep('%x', 16) .. '@') then
         redis.call('hdel', held, previous)
+        redis.call('hdel', floors, previous)
         hold(holder, machine_id, watermark)
+        redis.call('hset', floors, holder, stamp)
         return {machine_id, stamp, 3}
     end
 end
@@ -149,6 +159,8 @@ if machine_id ~= tonumber(ARGV[2]) or not stamp then
     return 0
 end
 hold(ARGV[1], machine_id, math.max(stamp, tonumber(ARGV[3])))
+-- A renewal follows the claim's answer: its floor is no longer needed.
+redis.call('hdel', floors, ARGV[1])
 return 1
 "#
 );
@@ -167,6 +179,7 @@ if machine_id ~= tonumber(ARGV[2]) then
     return 0
 end
 redis.call('hdel', held, ARGV[1])
+redis.call('hdel', floors, ARGV[1])
 redis.call('hset', released, machine_id, ARGV[3])
 return 1
 "#

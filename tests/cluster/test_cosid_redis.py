@@ -12,7 +12,7 @@ import unittest
 
 from helpers.cosid_java import JavaCosIdRedis, MachineIdOverflow, now_ms
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
-from helpers.pgcluster import Cluster, SqlError, free_port, wait_for
+from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for
 from helpers.redis_server import RedisServer
 from helpers.shared_namespace import (assert_unique, generate, ids_of, holder_pattern,
                                       named_generator_beside, status, store_ids,
@@ -24,6 +24,15 @@ IDS = 100_000
 TINY = {"cosid.namespace": "'tiny'", "cosid.machine_bits": 1, "cosid.timestamp_bits": 41,
         "cosid.sequence_bits": 12}
 COSID_HOLDER = re.compile(r"^cosid-[0-9a-f]{16}@")
+
+
+def cosid_scripts():
+    """cosid's own Lua scripts, as the extension sends them (core/src/cosid_redis.rs): the
+    prelude every script starts with, then claim, renew and release."""
+    source = (ROOT / "core" / "src" / "cosid_redis.rs").read_text()
+    prelude, claim, renew, release = re.findall(r'r#"(.*?)"#', source, re.S)[:4]
+    return {name: prelude + body for name, body in
+            (("claim", claim), ("renew", renew), ("release", release))}
 
 
 def resume(pid):
@@ -305,6 +314,33 @@ class CosidRedis(unittest.TestCase):
         generate(server, 10_000)
         store_ids(server, "java", java.ids(10_000))
         self.assertEqual(assert_unique(self, server), 20_000)
+
+    def test_a_claim_whose_answer_was_lost_waits_for_the_floor_it_found(self):
+        """cosid's scripts on a real redis-server: a claim that took a released machine id and
+        whose answer was lost is sent again under its token; the second answer is the released
+        stamp it found, not the watermark the first wrote (a safe guard ahead, which made the
+        server give the machine id back). The first renewal forgets the floor."""
+        scripts, key = cosid_scripts(), "{lost}"
+        floors = "cosid:{lost}:cosid_claim_floor"
+        now = now_ms()
+        released_stamp, watermark = now - 10, now + SAFE_GUARD_MS - 500
+        self.redis.call("HSET", "cosid:{lost}:revert", 0, released_stamp)
+        holder = "cosid-00000000000000ab@db1:5432:1"
+        claim = (holder, 1023, now - SAFE_GUARD_MS, watermark)
+        self.assertEqual(self.redis.call("EVAL", scripts["claim"], 1, key, *claim),
+                         [0, released_stamp, 1])
+        self.assertEqual(self.redis.call("EVAL", scripts["claim"], 1, key, *claim),
+                         [0, released_stamp, 0], "the floor found, not the watermark written")
+        self.assertEqual(self.entries("lost")[holder], (0, watermark))
+        self.assertEqual(self.redis.call("EVAL", scripts["renew"], 1, key, holder, 0,
+                                         watermark + 500), 1)
+        self.assertEqual(self.redis.call("HGETALL", floors), [])
+        # A second claimer's new machine id, then its release: nothing of it is left behind.
+        other = "cosid-00000000000000cd@db2:5432:1"
+        self.assertEqual(self.redis.call("EVAL", scripts["claim"], 1, key, other, 1023,
+                                         now - SAFE_GUARD_MS, watermark), [1, 0, 2])
+        self.assertEqual(self.redis.call("EVAL", scripts["release"], 1, key, other, 1, now), 1)
+        self.assertEqual(self.redis.call("HGETALL", floors), [])
 
 
 class Settings(unittest.TestCase):
