@@ -97,8 +97,8 @@ local holders = {}
 for i = 1, #entries, 2 do
     local machine_id, stamp = parse(entries[i + 1])
     if not machine_id or not stamp then
-        return redis.error_reply('the entry of ' .. entries[i] .. ' in ' .. held ..
-            ' is not "<machine id>|<stamp>": cosid cannot tell which machine id it holds')
+        return redis.error_reply('COSID the entry of ' .. entries[i] .. ' in ' .. held ..
+            ' is not a machine id and a stamp: cosid cannot tell which machine id it holds')
     end
     holders[machine_id] = (holders[machine_id] or 0) + 1
 end

@@ -297,7 +297,8 @@ class CosidRedis(unittest.TestCase):
         wait_for(lambda: "10.0.9.1:4242" in (status(server).get("last_error") or ""), 60,
                  f"cosid to name the entry it cannot read:\n{server.log()[-2000:]}")
         self.assertEqual(status(server)["state"], "CLAIMING")
-        self.assertIn('is not "<machine id>|<stamp>"', status(server)["last_error"])
+        self.assertIn("is not a machine id and a stamp: cosid cannot tell which machine id it "
+                      "holds", status(server)["last_error"])
         with self.assertRaises(SqlError):
             server.query("SELECT cosid_next()")
         java = self.java("10.0.9.2:4242", namespace="tiny", machine_bits=1)
