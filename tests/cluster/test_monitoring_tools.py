@@ -17,6 +17,7 @@ import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from helpers.fleet import fleet_server, start_store
 from helpers.generators import layout_text
@@ -136,7 +137,36 @@ def alerts_firing(scrape, generator):
     return fired
 
 
-class Exporter:
+class LoopbackProgram:
+    """A program serving HTTP on 127.0.0.1:`port`, its output in the file `log`, stopped when the
+    test ends."""
+
+    def launch(self, test, command, env, ready_path):
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(command, env=env, stdout=log,
+                                            stderr=subprocess.STDOUT)
+        test.addCleanup(self.stop)
+        wait_for(lambda: self.answers(ready_path), 30,
+                 f"{command[0]} on port {self.port} to answer {ready_path}")
+
+    def answers(self, path):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2).read()
+            return True
+        except (urllib.error.URLError, ConnectionError):
+            assert self.process.poll() is None, Path(self.log).read_text()[-3000:]
+            return False
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class Exporter(LoopbackProgram):
     """prometheus-postgres-exporter on loopback with cosid's queries, connected as `user` to
     `dbname` of `cluster`."""
 
@@ -161,20 +191,8 @@ class Exporter:
             options = []
         environment = {key: value for key, value in os.environ.items()
                        if not key.startswith(("DATA_SOURCE_", "PG_EXPORTER_"))}
-        with open(self.log, "w") as log:
-            self.process = subprocess.Popen(
-                [tool(EXPORTER), f"--web.listen-address=127.0.0.1:{self.port}", *options],
-                env={**environment, **connection}, stdout=log, stderr=subprocess.STDOUT)
-        test.addCleanup(self.stop)
-        wait_for(self.answers, 10, f"the exporter on port {self.port} to answer")
-
-    def answers(self):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=2).read()
-            return True
-        except (urllib.error.URLError, ConnectionError):
-            assert self.process.poll() is None, self.log.read_text()
-            return False
+        self.launch(test, [tool(EXPORTER), f"--web.listen-address=127.0.0.1:{self.port}",
+                           *options], {**environment, **connection}, "/")
 
     def scrape(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as page:
@@ -185,13 +203,6 @@ class Exporter:
         return wait_for(lambda: (lambda scrape: condition(scrape) and scrape)(self.scrape()),
                         timeout, f"{what}; the exporter's log:\n{self.log.read_text()[-2000:]}")
 
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def state_of(scrape, generator):
@@ -398,7 +409,7 @@ class ExporterScrapesCosid(ClusterTest):
         self.assertEqual(alerts_firing(scrape, "default"), {"CosidGeneratorNotGenerating"})
 
 
-class Prometheus:
+class Prometheus(LoopbackProgram):
     """A real Prometheus on loopback scraping `targets` every second, with cosid's alerting rules
     loaded, its data in a temporary folder."""
 
@@ -413,22 +424,9 @@ class Prometheus:
                       "scrape_configs:\n  - job_name: cosid\n    static_configs:\n"
                       f"      - targets: {json.dumps(targets)}\n")
         self.log = os.path.join(self.dir, "prometheus.log")
-        with open(self.log, "w") as log:
-            self.process = subprocess.Popen(
-                [tool("prometheus"), f"--config.file={config}",
-                 f"--storage.tsdb.path={os.path.join(self.dir, 'data')}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
-                stdout=log, stderr=subprocess.STDOUT)
-        test.addCleanup(self.stop)
-        wait_for(self.ready, 30, f"Prometheus on port {self.port} to be ready")
-
-    def ready(self):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2).read()
-            return True
-        except (urllib.error.URLError, ConnectionError):
-            assert self.process.poll() is None, open(self.log).read()[-3000:]
-            return False
+        self.launch(test, [tool("prometheus"), f"--config.file={config}",
+                           f"--storage.tsdb.path={os.path.join(self.dir, 'data')}",
+                           f"--web.listen-address=127.0.0.1:{self.port}"], None, "/-/ready")
 
     def api(self, path, **params):
         url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
@@ -444,13 +442,6 @@ class Prometheus:
     def alerts(self):
         return {alert["labels"]["alertname"] for alert in self.api("alerts")["alerts"]}
 
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def dashboard_queries():
