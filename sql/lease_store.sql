@@ -402,6 +402,35 @@ SELECT coalesce((SELECT (extract(epoch FROM s.max_clock_lead) * 1000)::bigint
                    FROM cosid.store_settings s), 1000)
 $$;
 
+-- For a server that leases its machine id from CosId's JDBC table, cosid_machine, in this
+-- database (cosid.distributor = 'cosid_jdbc'): what cosid.lease_claim() decides from this
+-- store's identity, for a claim of a released, new or expired row of that table, which CosId's
+-- statements make without asking. settles_at_ms: until when (this store's clock, Unix ms) the
+-- store may have forgotten claims whose holders still generate, after its identity changed;
+-- floor_ms: what the ids of a row taken now must stay above (the end of the settling plus the
+-- clock lead the store allows: a holder it forgot issued ids up to its own clock); both 0
+-- when no change is to be waited out. now_ms: this store's clock. Records the caller's safe
+-- guard, and that a holder other than this server's own workers wrote here, as a claim does.
+CREATE FUNCTION cosid.cosid_machine_settles_at(p_safe_guard_ms bigint,
+                                               OUT settles_at_ms bigint, OUT floor_ms bigint,
+                                               OUT now_ms bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_settles timestamptz;
+BEGIN
+    SELECT s.settles_at INTO v_settles FROM cosid.store_settles_at(p_safe_guard_ms) s;
+    PERFORM cosid.store_holder_seen();
+    PERFORM cosid.store_guard_given(p_safe_guard_ms);
+    settles_at_ms := coalesce(cosid.unix_ms(v_settles), 0);
+    floor_ms := CASE WHEN v_settles IS NULL THEN 0
+                     ELSE settles_at_ms + cosid.store_max_clock_lead_ms() END;
+    now_ms := cosid.unix_ms(clock_timestamp());
+END
+$$;
+
 -- What the next holder of a lease must wait for: the exact last timestamp of a release, else the
 -- bound.
 CREATE FUNCTION cosid.lease_next_floor_ms(l cosid.machine_lease)
@@ -1068,6 +1097,7 @@ ALTER FUNCTION cosid.store_holder_seen() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_store_identity() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_guard_given(bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.cosid_machine_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.unix_ms(timestamptz) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_guard() OWNER TO cosid_lease_owner;
@@ -1097,9 +1127,11 @@ REVOKE ALL ON FUNCTION cosid.lease_next_floor_ms(cosid.machine_lease), cosid.uni
     cosid.lease_renew(text, integer, text, text, bigint, bigint),
     cosid.lease_release(text, integer, text, text, bigint),
     cosid.lease_retire(text, integer), cosid.lease_rows(),
-    cosid.lease_namespace_layout(text), cosid.lease_store_identity() FROM PUBLIC;
+    cosid.lease_namespace_layout(text), cosid.lease_store_identity(),
+    cosid.cosid_machine_settles_at(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     cosid.lease_namespace_layout(text), cosid.lease_store_identity(),
+    cosid.cosid_machine_settles_at(bigint),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint),

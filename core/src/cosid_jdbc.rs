@@ -20,6 +20,12 @@
 //!   keeps generating after its renewals fail (its guarder only reports the failure), so an
 //!   expired Java row may still be in use. Rows cosid held expire as CosId's do.
 //! - A machine id beyond the claimer's machine bits is passed over, not taken.
+//! - The database has cosid's lease store too (`lease_store.sql`), and a released, new or expired
+//!   row is taken only as cosid's own store would hand one out: not while the store settles
+//!   after its identity changed (a promotion, a point-in-time recovery, a restore, a start of its
+//!   server: it may have forgotten claims whose holders still generate), and with the ids above
+//!   the floor of that change (`cosid.cosid_machine_settles_at()`). The check is made before the
+//!   claim's writes and again in each of them.
 //!
 //! Times are the claimer's wall clock, as in CosId: `now_ms` is read from the clock the store
 //! was given, the server's.
@@ -41,6 +47,13 @@ pub const NOT_SET_UP: &str = "waiting for CosId's machine-id table public.cosid_
      cosid.lease_store: create it as the documentation \"With CosId services\" says (its seven \
      columns, and the primary key on name)";
 
+/// What fixes a store without cosid's lease store beside the table, or whose role may not use it.
+pub const NO_STORE_IDENTITY: &str = "waiting for cosid's lease store of version 0.5.0 in the \
+     database of public.cosid_machine, which tells when that database may have forgotten claims \
+     (cosid.cosid_machine_settles_at(bigint)): install lease_store.sql there and grant \
+     cosid_lease_holder to the role of cosid.lease_store, as the documentation \"With CosId \
+     services\" says";
+
 const READINESS_SQL: &str = "SELECT pg_catalog.to_regclass('public.cosid_machine') IS NOT NULL \
      AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a \
      WHERE a.attrelid = pg_catalog.to_regclass('public.cosid_machine') AND a.attnum > 0 \
@@ -49,7 +62,24 @@ const READINESS_SQL: &str = "SELECT pg_catalog.to_regclass('public.cosid_machine
      AND EXISTS (SELECT FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a \
      ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
      WHERE i.indrelid = pg_catalog.to_regclass('public.cosid_machine') AND i.indisunique \
-     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND a.attname = 'name')";
+     AND i.indnkeyatts = 1 AND i.indpred IS NULL AND a.attname = 'name'), \
+     COALESCE(pg_catalog.has_function_privilege(\
+     pg_catalog.to_regprocedure('cosid.cosid_machine_settles_at(bigint)'), 'EXECUTE'), false)";
+
+/// Until when the store settles, the floor of a row taken now, and the store's clock.
+const SETTLES_SQL: &str = "SELECT s.settles_at_ms, s.floor_ms, s.now_ms \
+     FROM cosid.cosid_machine_settles_at($1::pg_catalog.int8) s";
+
+/// The same check inside a claim's write: nothing is written while the store settles.
+macro_rules! settled {
+    ($param:literal) => {
+        concat!(
+            "NOT EXISTS (SELECT FROM cosid.cosid_machine_settles_at(",
+            $param,
+            "::pg_catalog.int8) s WHERE s.settles_at_ms > s.now_ms)"
+        )
+    };
+}
 
 const OWN_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_catalog.int8 \
      FROM public.cosid_machine WHERE namespace = $1::pg_catalog.text \
@@ -65,22 +95,28 @@ const FREE_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_c
      WHERE namespace = $1::pg_catalog.text \
      AND (instance_id = '' OR last_timestamp <= $2::pg_catalog.int8) ORDER BY machine_id";
 
-const TAKE_SQL: &str = "UPDATE public.cosid_machine \
+const TAKE_SQL: &str = concat!(
+    "UPDATE public.cosid_machine \
      SET instance_id = $1::pg_catalog.text, last_timestamp = $2::pg_catalog.int8, \
      distribute_time = $3::pg_catalog.int8 WHERE name = $4::pg_catalog.text \
      AND (instance_id = '' OR last_timestamp <= $5::pg_catalog.int8) \
-     AND instance_id = $6::pg_catalog.text AND last_timestamp = $7::pg_catalog.int8 \
-     RETURNING machine_id::pg_catalog.int4";
+     AND instance_id = $6::pg_catalog.text AND last_timestamp = $7::pg_catalog.int8 AND ",
+    settled!("$8"),
+    " RETURNING machine_id::pg_catalog.int4"
+);
 
 const NEXT_SQL: &str = "SELECT COALESCE(pg_catalog.max(machine_id) + 1, 0)::pg_catalog.int8 \
      FROM public.cosid_machine WHERE namespace = $1::pg_catalog.text";
 
-const INSERT_SQL: &str = "INSERT INTO public.cosid_machine (name, namespace, machine_id, \
+const INSERT_SQL: &str = concat!(
+    "INSERT INTO public.cosid_machine (name, namespace, machine_id, \
      last_timestamp, instance_id, distribute_time, revert_time) \
-     VALUES ($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4, \
-     $4::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.int8, 0) \
-     ON CONFLICT (name) DO NOTHING \
-     RETURNING machine_id::pg_catalog.int4";
+     SELECT $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4, \
+     $4::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.int8, 0 WHERE ",
+    settled!("$7"),
+    " ON CONFLICT (name) DO NOTHING \
+     RETURNING machine_id::pg_catalog.int4"
+);
 
 const RELEASE_SQL: &str = "UPDATE public.cosid_machine \
      SET instance_id = '', last_timestamp = $1::pg_catalog.int8, revert_time = $2::pg_catalog.int8 \
@@ -204,15 +240,52 @@ impl<T: SqlTransport> CosidJdbc<T> {
         Ok(free)
     }
 
+    /// What cosid's lease store beside the table says of a released, new or expired row taken
+    /// now: `Err(Settling)` while the store may have forgotten claims, else the floor its ids
+    /// must stay above (0: none). A floor ahead of this claimer's clock settles for it too:
+    /// every row taken now would be given back, and the next claim take another.
+    fn settled(&mut self, safe_guard_ms: u64, now_ms: i64) -> Result<Settled, StoreError> {
+        let rows = self.rows(
+            SETTLES_SQL,
+            vec![Param::BigInt(bounded_ms(safe_guard_ms))],
+            &[Kind::BigInt, Kind::BigInt, Kind::BigInt],
+        )?;
+        let [row] = rows.as_slice() else {
+            return Err(store_identity_malformed("no settling answer"));
+        };
+        let number = |index: usize, what| {
+            row.get(index)
+                .ok_or_else(|| store_identity_malformed("a short settling answer"))
+                .and_then(|value| {
+                    bigint(value, what).map_err(|why| store_identity_malformed(why.what()))
+                })
+        };
+        let (settles_at_ms, floor_ms, store_now_ms) = (
+            number(0, "settles_at_ms")?,
+            number(1, "floor_ms")?,
+            number(2, "now_ms")?,
+        );
+        Ok(if settles_at_ms > store_now_ms {
+            Settled::Not { settles_at_ms }
+        } else if floor_ms > now_ms {
+            Settled::Not {
+                settles_at_ms: store_now_ms.saturating_add(floor_ms - now_ms),
+            }
+        } else {
+            Settled::Above(floor_ms)
+        })
+    }
+
     fn take(
         &mut self,
         holder: &Holder,
         held_by: &str,
         row: &FreeRow,
         now_ms: i64,
-        safe_guard_at: i64,
+        safe_guard_ms: u64,
         watermark_ms: i64,
     ) -> Result<bool, StoreError> {
+        let safe_guard_at = safe_guard_at(now_ms, safe_guard_ms);
         let taken = self.rows(
             TAKE_SQL,
             vec![
@@ -223,6 +296,7 @@ impl<T: SqlTransport> CosidJdbc<T> {
                 Param::BigInt(safe_guard_at),
                 Param::Text(row.holder.clone()),
                 Param::BigInt(row.last_timestamp),
+                Param::BigInt(bounded_ms(safe_guard_ms)),
             ],
             &[Kind::Int],
         )?;
@@ -235,6 +309,7 @@ impl<T: SqlTransport> CosidJdbc<T> {
         holder: &Holder,
         held_by: &str,
         now_ms: i64,
+        safe_guard_ms: u64,
         watermark_ms: i64,
     ) -> Result<NewMachineId, StoreError> {
         let rows = self.rows(
@@ -259,6 +334,7 @@ impl<T: SqlTransport> CosidJdbc<T> {
                 Param::BigInt(watermark_ms),
                 Param::Text(held_by.to_string()),
                 Param::BigInt(now_ms),
+                Param::BigInt(bounded_ms(safe_guard_ms)),
             ],
             &[Kind::Int],
         )?;
@@ -282,6 +358,31 @@ enum NewMachineId {
 
 fn max_machine_id(machine_bits: u32) -> u64 {
     (1u64 << machine_bits) - 1
+}
+
+/// What the store's settling leaves a claim of a row that is not its own.
+enum Settled {
+    /// The store may have forgotten claims until `settles_at_ms`, by its clock.
+    Not { settles_at_ms: i64 },
+    /// Settled: ids of a row taken now stay above this floor (0: none).
+    Above(i64),
+}
+
+/// A duration in milliseconds as the store's bigint.
+fn bounded_ms(ms: u64) -> i64 {
+    ms.min(i64::MAX as u64) as i64
+}
+
+/// CosId's `safeGuardAt`: rows last written at or before it have expired, by this clock.
+fn safe_guard_at(now_ms: i64, safe_guard_ms: u64) -> i64 {
+    now_ms.saturating_sub(bounded_ms(safe_guard_ms)).max(0)
+}
+
+fn store_identity_malformed(what: &str) -> StoreError {
+    StoreError::failed(format!(
+        "cosid.cosid_machine_settles_at() in the database of public.cosid_machine answered {what} \
+         (is it cosid's lease store of version 0.5.0?)"
+    ))
 }
 
 fn malformed(what: &str) -> StoreError {
@@ -309,12 +410,16 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
     }
 
     fn readiness(&mut self) -> Result<Readiness, StoreError> {
-        match self.rows(READINESS_SQL, Vec::new(), &[Kind::Bool]) {
+        match self.rows(READINESS_SQL, Vec::new(), &[Kind::Bool, Kind::Bool]) {
             Ok(rows) => match rows.as_slice() {
-                [row] if row.first() == Some(&Value::Bool(true)) => Ok(Readiness::Ready),
-                [row] if row.first() == Some(&Value::Bool(false)) => {
-                    Ok(Readiness::NotSetUp(NOT_SET_UP))
-                }
+                [row] => match row.as_slice() {
+                    [Value::Bool(false), _] => Ok(Readiness::NotSetUp(NOT_SET_UP)),
+                    [Value::Bool(true), Value::Bool(false)] => {
+                        Ok(Readiness::NotSetUp(NO_STORE_IDENTITY))
+                    }
+                    [Value::Bool(true), Value::Bool(true)] => Ok(Readiness::Ready),
+                    _ => Err(malformed("its readiness check with no answer")),
+                },
                 _ => Err(malformed("its readiness check with no answer")),
             },
             Err(StoreError::ReadOnly) => Ok(Readiness::ReadOnly),
@@ -332,9 +437,7 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
         watermark_ms: i64,
     ) -> Result<ClaimOutcome, StoreError> {
         let now_ms = (self.now_ms)();
-        let safe_guard_at = now_ms
-            .saturating_sub(safe_guard_ms.min(i64::MAX as u64) as i64)
-            .max(0);
+        let safe_guard_at = safe_guard_at(now_ms, safe_guard_ms);
         let held_by = holder_text(&holder.instance_id, token);
         let claimed = |machine_id, how, previous_watermark_ms| ClaimOutcome::Claimed {
             machine_id,
@@ -348,23 +451,33 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
         {
             return Ok(claimed(machine_id, ClaimedHow::Own, last_timestamp));
         }
+        let floor_ms = match self.settled(safe_guard_ms, now_ms)? {
+            Settled::Above(floor_ms) => floor_ms,
+            Settled::Not { settles_at_ms } => return Ok(ClaimOutcome::Settling { settles_at_ms }),
+        };
         let free = self.free_rows(holder, safe_guard_at)?;
         for row in &free {
-            if self.take(holder, &held_by, row, now_ms, safe_guard_at, watermark_ms)? {
+            if self.take(holder, &held_by, row, now_ms, safe_guard_ms, watermark_ms)? {
                 let how = if row.holder.is_empty() {
                     ClaimedHow::Released
                 } else {
                     ClaimedHow::Expired
                 };
-                return Ok(claimed(row.machine_id, how, row.last_timestamp));
+                return Ok(claimed(
+                    row.machine_id,
+                    how,
+                    row.last_timestamp.max(floor_ms),
+                ));
             }
         }
         if !free.is_empty() {
             // Taken by other claims between the read and the writes.
             return Ok(ClaimOutcome::Contended);
         }
-        match self.insert_next(holder, &held_by, now_ms, watermark_ms)? {
-            NewMachineId::Inserted(machine_id) => Ok(claimed(machine_id, ClaimedHow::New, 0)),
+        match self.insert_next(holder, &held_by, now_ms, safe_guard_ms, watermark_ms)? {
+            NewMachineId::Inserted(machine_id) => {
+                Ok(claimed(machine_id, ClaimedHow::New, floor_ms))
+            }
             NewMachineId::NoneLeft => Ok(ClaimOutcome::Exhausted),
             NewMachineId::Raced => Ok(ClaimOutcome::Contended),
         }
@@ -483,6 +596,19 @@ mod tests {
         Ok(vec![vec![Value::Int(id)]])
     }
 
+    /// cosid's lease store beside the table: settled since long ago (or never changed).
+    fn settled() -> Answer {
+        settling(0, 0, NOW_MS)
+    }
+
+    fn settling(settles_at_ms: i64, floor_ms: i64, store_now_ms: i64) -> Answer {
+        Ok(vec![vec![
+            Value::BigInt(settles_at_ms),
+            Value::BigInt(floor_ms),
+            Value::BigInt(store_now_ms),
+        ]])
+    }
+
     fn claim(store: &mut CosidJdbc<Scripted>, machine_bits: u32) -> ClaimOutcome {
         store
             .claim(&holder(machine_bits), 4_000, 0xab, NOW_MS + 4_000)
@@ -515,6 +641,7 @@ mod tests {
         // No own row, no free row: max + 1 = 3, inserted.
         let mut new = store(vec![
             Ok(vec![]),
+            settled(),
             free(&[]),
             Ok(vec![vec![Value::BigInt(3)]]),
             returned(3),
@@ -529,8 +656,8 @@ mod tests {
             }
         ));
         let sent: Vec<_> = new.transport.sent.iter().map(|call| call.sql).collect();
-        assert_eq!(sent, [OWN_SQL, FREE_SQL, NEXT_SQL, INSERT_SQL]);
-        let insert = &new.transport.sent[3].params;
+        assert_eq!(sent, [OWN_SQL, SETTLES_SQL, FREE_SQL, NEXT_SQL, INSERT_SQL]);
+        let insert = &new.transport.sent[4].params;
         assert_eq!(insert[0], Param::Text("orders.00000003".into()));
         assert_eq!(
             insert[3],
@@ -540,6 +667,11 @@ mod tests {
         assert_eq!(
             insert[4],
             Param::Text("cosid-00000000000000ab@db1:5432:77".into())
+        );
+        assert_eq!(
+            insert[6],
+            Param::BigInt(4_000),
+            "checked again with the safe guard"
         );
         // The own row is renewed and kept, with its last timestamp to wait past.
         let mut own = store(vec![
@@ -565,6 +697,7 @@ mod tests {
         let cosid_expired = (4, NOW_MS - 50_000, "cosid-00000000000000cd@db2");
         let mut store = store(vec![
             Ok(vec![]),
+            settled(),
             free(&[java_expired, cosid_expired, too_wide]),
             returned(4),
         ]);
@@ -573,7 +706,7 @@ mod tests {
             ClaimOutcome::Claimed { machine_id: 4, how: ClaimedHow::Expired, previous_watermark_ms, .. }
                 if previous_watermark_ms == NOW_MS - 50_000
         ));
-        let take = &store.transport.sent[2];
+        let take = &store.transport.sent[3];
         assert_eq!(take.sql, TAKE_SQL);
         assert_eq!(take.params[3], Param::Text("orders.00000004".into()));
         assert_eq!(
@@ -590,10 +723,11 @@ mod tests {
 
     #[test]
     fn lost_races_are_contended_and_a_full_namespace_exhausted() {
-        let mut raced = store(vec![Ok(vec![]), free(&[(1, 5, "")]), Ok(vec![])]);
+        let mut raced = store(vec![Ok(vec![]), settled(), free(&[(1, 5, "")]), Ok(vec![])]);
         assert_eq!(claim(&mut raced, 10), ClaimOutcome::Contended);
         let mut inserted_first = store(vec![
             Ok(vec![]),
+            settled(),
             free(&[]),
             Ok(vec![vec![Value::BigInt(0)]]),
             Ok(vec![]),
@@ -601,13 +735,14 @@ mod tests {
         assert_eq!(claim(&mut inserted_first, 10), ClaimOutcome::Contended);
         let mut full = store(vec![
             Ok(vec![]),
+            settled(),
             free(&[(0, NOW_MS - 60_000, "10.0.0.5:4242")]),
             Ok(vec![vec![Value::BigInt(8)]]),
         ]);
         assert_eq!(claim(&mut full, 3), ClaimOutcome::Exhausted);
         assert_eq!(
             full.transport.sent.len(),
-            3,
+            4,
             "nothing inserted past the machine bits"
         );
     }
@@ -640,12 +775,88 @@ mod tests {
     }
 
     #[test]
-    fn a_store_without_the_table_says_how_to_make_it() {
+    fn a_store_without_the_table_or_cosids_store_says_how_to_make_it() {
         let mut store = store(vec![
-            Ok(vec![vec![Value::Bool(false)]]),
+            Ok(vec![vec![Value::Bool(false), Value::Bool(true)]]),
+            Ok(vec![vec![Value::Bool(true), Value::Bool(false)]]),
+            Ok(vec![vec![Value::Bool(true), Value::Bool(true)]]),
+            Ok(vec![vec![Value::Bool(true)]]),
             Err(StoreError::ReadOnly),
         ]);
         assert_eq!(store.readiness().unwrap(), Readiness::NotSetUp(NOT_SET_UP));
+        assert_eq!(
+            store.readiness().unwrap(),
+            Readiness::NotSetUp(NO_STORE_IDENTITY)
+        );
+        assert_eq!(store.readiness().unwrap(), Readiness::Ready);
+        assert!(store.readiness().is_err(), "a short answer is not ready");
         assert_eq!(store.readiness().unwrap(), Readiness::ReadOnly);
+    }
+
+    #[test]
+    fn while_the_store_settles_only_the_claims_own_row_is_taken() {
+        // The own row (an answer lost) comes first, whatever the store's identity.
+        let mut own = store(vec![
+            Ok(vec![vec![Value::Int(2), Value::BigInt(NOW_MS + 9)]]),
+            returned(2),
+        ]);
+        assert!(matches!(
+            claim(&mut own, 10),
+            ClaimOutcome::Claimed {
+                how: ClaimedHow::Own,
+                ..
+            }
+        ));
+        // Settling: nothing read or written further.
+        let mut settling_store = store(vec![
+            Ok(vec![]),
+            settling(NOW_MS + 3_000, NOW_MS + 4_000, NOW_MS - 50),
+        ]);
+        assert_eq!(
+            claim(&mut settling_store, 10),
+            ClaimOutcome::Settling {
+                settles_at_ms: NOW_MS + 3_000
+            }
+        );
+        assert_eq!(settling_store.transport.sent.len(), 2);
+        // Settled, but the floor is ahead of this claimer's clock: it waits until its clock
+        // is past it, counted on the store's clock.
+        let mut floor_ahead = store(vec![
+            Ok(vec![]),
+            settling(NOW_MS - 10, NOW_MS + 990, NOW_MS - 5),
+        ]);
+        assert_eq!(
+            claim(&mut floor_ahead, 10),
+            ClaimOutcome::Settling {
+                settles_at_ms: NOW_MS + 985
+            }
+        );
+        // Settled and past: a new row and a released one wait for the floor.
+        let mut new = store(vec![
+            Ok(vec![]),
+            settling(NOW_MS - 2_000, NOW_MS - 1_000, NOW_MS),
+            free(&[]),
+            Ok(vec![vec![Value::BigInt(0)]]),
+            returned(0),
+        ]);
+        assert!(matches!(
+            claim(&mut new, 10),
+            ClaimOutcome::Claimed { how: ClaimedHow::New, previous_watermark_ms, .. }
+                if previous_watermark_ms == NOW_MS - 1_000
+        ));
+        let mut released = store(vec![
+            Ok(vec![]),
+            settling(NOW_MS - 2_000, NOW_MS - 1_000, NOW_MS),
+            free(&[(1, NOW_MS - 5_000, "")]),
+            returned(1),
+        ]);
+        assert!(matches!(
+            claim(&mut released, 10),
+            ClaimOutcome::Claimed { how: ClaimedHow::Released, previous_watermark_ms, .. }
+                if previous_watermark_ms == NOW_MS - 1_000
+        ));
+        // An answer that is not the store's is an error, never a claim.
+        let mut odd = store(vec![Ok(vec![]), Ok(vec![vec![Value::Null]])]);
+        assert!(odd.claim(&holder(10), 4_000, 0xab, NOW_MS).is_err());
     }
 }

@@ -70,6 +70,7 @@ COMMENT ON FUNCTION cosid.store_max_clock_lead_ms() IS 'Lease protocol: how far 
 COMMENT ON FUNCTION cosid.lease_store_identity() IS 'Lease protocol: this store''s identity (system identifier, database, lease table, timeline, start), which a holder compares with the latest timeline it saw the store on.';
 COMMENT ON FUNCTION cosid.store_settles_at(bigint) IS 'Lease protocol: until when the store hands out no released, new or expired machine id after its identity changed (a promotion, a point-in-time recovery, a restore, a start of its server), NULL when it need not; and its identity now.';
 COMMENT ON FUNCTION cosid.store_guard_given(bigint) IS 'Lease protocol: records the safe guard a holder gave with a lease it wrote, if it is the longest yet, which the store settles for after its identity changed.';
+COMMENT ON FUNCTION cosid.cosid_machine_settles_at(bigint) IS 'Lease protocol: for servers that lease from CosId''s JDBC table cosid_machine in this database, until when the store settles after its identity changed, and the floor of a row taken now.';
 COMMENT ON FUNCTION cosid.machine_lease_merge() IS 'Trigger of cosid.machine_lease: merges a restored row (pg_restore) into the row its machine id already has, keeping the higher watermark, instead of failing the COPY; refuses a row of another id layout than its namespace, or one that overlaps a claim held.';
 
 -- cosid_convert_column refuses the extension's own tables (sql/convert_column.sql).

@@ -14,8 +14,10 @@
 -- merged into it (cosid.machine_lease_merge()) instead of failing the COPY. Servers of
 -- 0.5.0 claim and renew through the new forms (lease_claim with p_knows_settling, lease_renew
 -- with p_holder_live) and need this store; servers of 0.1.0 to 0.4.0 keep claiming, renewing
--- and releasing through the old forms, which follow the same rule. Everything it creates is
--- what lease_store.sql of 0.5.0 creates, in the same words.
+-- and releasing through the old forms, which follow the same rule. Servers that lease from
+-- CosId's table cosid_machine in this database (cosid_jdbc) follow it through
+-- cosid.cosid_machine_settles_at(). Everything it creates is what lease_store.sql of 0.5.0
+-- creates, in the same words.
 
 --@include updates/lease_store--0.3.0--0.4.0.sql
 --@from -- Checks before anything changes, with search_path pinned (see lease_store.sql); the path is
@@ -81,6 +83,7 @@ ALTER FUNCTION cosid.store_holder_seen() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_store_identity() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.store_guard_given(bigint) OWNER TO cosid_lease_owner;
+ALTER FUNCTION cosid.cosid_machine_settles_at(bigint) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.machine_lease_merge() OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) OWNER TO cosid_lease_owner;
 ALTER FUNCTION cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) OWNER TO cosid_lease_owner;
@@ -89,14 +92,14 @@ REVOKE ALL ON TABLE cosid.store_identity, cosid.store_settings FROM PUBLIC;
 REVOKE ALL ON FUNCTION cosid.store_identity_now(), cosid.store_settles_at(bigint),
     cosid.store_of(text), cosid.store_caller_is_local(), cosid.store_holder_seen(),
     cosid.store_max_clock_lead_ms(), cosid.lease_store_identity(),
-    cosid.store_guard_given(bigint),
+    cosid.store_guard_given(bigint), cosid.cosid_machine_settles_at(bigint),
     cosid.machine_lease_merge(),
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean),
     cosid.lease_renew(text, integer, text, text, bigint, bigint, boolean),
-    cosid.lease_store_identity() TO cosid_lease_holder;
+    cosid.lease_store_identity(), cosid.cosid_machine_settles_at(bigint) TO cosid_lease_holder;
 
 --@include lease_store.sql
 --@from -- cosid.store_caller_is_local() reads the type of the calling process, which PostgreSQL shows

@@ -1,41 +1,34 @@
 """cosid.distributor = 'cosid_jdbc': cosid servers and Java services (CosId's JDBC distributor,
 played by helpers/cosid_java.py with CosId's statements and timing) share one namespace of
-CosId's table cosid_machine on a plain PostgreSQL, and every id any of them issued is counted:
+CosId's table cosid_machine on a PostgreSQL that also holds cosid's lease store (which only
+says whether the database may have forgotten claims), and every id any of them issued is counted:
 0 duplicates, and no (millisecond, machine id) from two holders."""
 
 import os
 import signal
+import subprocess
 import threading
 import time
 import unittest
 
 from helpers.cosid_java import JavaCosId, MachineIdOverflow, distribute_or_error, now_ms
-from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, fleet_server
+from helpers.fleet import (COSID_MACHINE_SQL, FLEET_PASSWORD, FLEET_ROLE, LEASE_SQL,
+                           add_cosid_machine, fleet_server, grant_lease_protocol, start_store)
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
-from helpers.pgcluster import ROOT, Cluster, SqlError, chown_to_postgres, free_port, wait_for
+from helpers.pgcluster import Cluster, SqlError, chown_to_postgres, free_port, wait_for
 from helpers.shared_namespace import (assert_unique, generate, ids_of, holder_pattern,
                                       named_generator_beside, status, store_ids,
                                       wait_state)
 
-DDL = ROOT / "sql" / "cosid_machine.sql"
 JDBC = {**FAST_LEASES, "cosid.distributor": "'cosid_jdbc'"}
 SAFE_GUARD_MS = int(SAFE_GUARD_S * 1000)
 IDS = 100_000
 
 
 def start_cosid_store(name, port):
-    """A plain PostgreSQL with CosId's table, as sql/cosid_machine.sql makes it, and the role
-    cosid servers log in as, with the privileges the file's comment grants."""
-    store = Cluster(name, free_port(port), preload=False).init()
-    (store.data / "pg_hba.conf").write_text(
-        f"host all {FLEET_ROLE} 127.0.0.1/32 scram-sha-256\n"
-        "local all all trust\nhost all all 127.0.0.1/32 trust\n")
-    chown_to_postgres(store.data)
-    store.start()
-    store.query(DDL.read_text())
-    store.query(f"CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}'; "
-                f"GRANT SELECT, INSERT, UPDATE ON public.cosid_machine TO {FLEET_ROLE}")
-    return store
+    """A plain PostgreSQL with cosid's lease store and CosId's table, as sql/cosid_machine.sql
+    makes it, and the role cosid servers log in as, with the privileges its comment grants."""
+    return add_cosid_machine(start_store(name, port))
 
 
 def cosid_server(name, port, store, **settings):
@@ -351,6 +344,61 @@ class CosidJdbc(unittest.TestCase):
         self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
         named_generator_beside(self, server, java, "cosid_jdbc")
         self.assertEqual(self.assert_unique(server), 100_000)
+
+    def test_a_restarted_store_settles_before_a_row_is_taken(self):
+        """A start of the store's server may have been an older copy of it, whose
+        cosid_machine no longer shows a claim: cosid's lease store beside the table makes a
+        claimer wait a whole safe guard before it takes a released row (as it would a row
+        such a copy shows released), and its ids start above the end of the settling."""
+        first = self.server("jdbc-s1", 24625)
+        self.assertEqual(wait_state(first, "UP")["machine_id"], "0")
+        generate(first, 1_000)
+        first_ids = ids_of(first, "cosid")
+        first.stop()
+        self.assertEqual(self.store.query(
+            "SELECT instance_id FROM cosid_machine WHERE machine_id = 0"), "")
+        restarted_ms = now_ms()
+        self.store.restart()
+        second = self.server("jdbc-s2", 24626)
+        settling = wait_for(lambda: status(second).get("problem") == "store_settling"
+                            and status(second), 30,
+                            f"the claimer to wait for the store:\n{second.log()[-2000:]}")
+        self.assertNotEqual(settling["state"], "UP")
+        self.assertIn("it may have forgotten claims", settling["last_error"])
+        self.assertEqual(wait_state(second, "UP")["machine_id"], "0")
+        generate(second, 1_000)
+        second_ids = ids_of(second, "cosid")
+        # Safety, not timing: the store started after restarted_ms and settles for a safe guard.
+        self.assertGreater(ts_ms_of(min(second_ids)), restarted_ms + SAFE_GUARD_MS)
+        self.assertGreater(min(second_ids), max(first_ids))
+
+
+class StoreSetUp(unittest.TestCase):
+    def test_a_table_without_cosids_lease_store_is_not_used(self):
+        """CosId's table alone: a cosid server claims nothing and says what is missing; with
+        cosid's lease store installed and its role granted, it claims."""
+        store = Cluster("jdbc-bare", free_port(24627), preload=False).init()
+        (store.data / "pg_hba.conf").write_text(
+            f"host all {FLEET_ROLE} 127.0.0.1/32 scram-sha-256\n"
+            "local all all trust\nhost all all 127.0.0.1/32 trust\n")
+        chown_to_postgres(store.data)
+        store.start()
+        self.addCleanup(store.stop, check=False)
+        store.query(COSID_MACHINE_SQL.read_text())
+        store.query(f"CREATE ROLE {FLEET_ROLE} LOGIN PASSWORD '{FLEET_PASSWORD}'; "
+                    f"GRANT SELECT, INSERT, UPDATE ON public.cosid_machine TO {FLEET_ROLE}")
+        server = cosid_server("jdbc-bare-server", 24628, store)
+        self.addCleanup(server.stop, check=False)
+        waiting = wait_for(lambda: "cosid's lease store" in (status(server).get("last_error")
+                                                             or "") and status(server), 30,
+                           f"the server to say what is missing:\n{server.log()[-2000:]}")
+        self.assertNotEqual(waiting["state"], "UP")
+        self.assertIn("grant cosid_lease_holder", waiting["last_error"])
+        self.assertEqual(store.query("SELECT count(*) FROM cosid_machine"), "0")
+        subprocess.run(store.psql_command("postgres", "-q", "-v", "ON_ERROR_STOP=1", "-f",
+                                          str(LEASE_SQL)), check=True)
+        grant_lease_protocol(store, FLEET_ROLE)
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
 
 
 class Settings(unittest.TestCase):

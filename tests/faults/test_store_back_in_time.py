@@ -11,6 +11,10 @@ minute later with the defaults): it generates until its deadline. The store must
 the machine id to nobody for a safe guard) rather than give it to the other server meanwhile.
 Each scenario adds a row to the table printed at the end.
 
+StoreBackInTimeCosidJdbc runs the scenarios with both servers leasing from CosId's table
+cosid_machine (cosid.distributor = 'cosid_jdbc'), which CosId's statements alone would hand out
+again: cosid's lease store in the same database is what makes the claimer wait.
+
     python3 run.py faults.test_store_back_in_time
 """
 
@@ -19,10 +23,9 @@ import subprocess
 import time
 import unittest
 
-from helpers.failover import (EXPECTED, ONE_MACHINE_ID, SAFE_GUARD_S, STOPPED, TIMINGS,
-                              FailoverScenario, print_results)
+from helpers.failover import EXPECTED, SAFE_GUARD_S, STOPPED, FailoverScenario, print_results
 from helpers.faults import fake_clock
-from helpers.fleet import Proxy, fleet_server, set_max_clock_lead, start_store
+from helpers.fleet import Proxy, add_cosid_machine, fleet_server, set_max_clock_lead, start_store
 from helpers.leases import status
 from helpers.pgcluster import PG_BIN, as_postgres, wait_for
 from helpers.replication import HeldBack, fail_over, start_standby
@@ -48,6 +51,10 @@ class StoreBackInTime(FailoverScenario, unittest.TestCase):
     tests_may_run_apart = True
     prefix = "back"
     results = RESULTS
+    # Every claim in the store, and the claims held in the servers' namespace.
+    claims_sql = "SELECT count(*) FROM cosid.machine_lease"
+    held_claims_sql = ("SELECT count(*) FROM cosid.machine_lease "
+                       "WHERE namespace = 'cosid' AND state = 'claimed'")
 
     @classmethod
     def tearDownClass(cls):
@@ -71,7 +78,7 @@ class StoreBackInTime(FailoverScenario, unittest.TestCase):
         if not name.endswith(self.cut_off):
             return super().cosid_server(name, port, timings)
         server = fleet_server(name, port, self.store.port,
-                              extra={**(timings or TIMINGS), **ONE_MACHINE_ID}, via=self.proxy,
+                              extra=self.server_settings(timings), via=self.proxy,
                               password_from="environment",
                               conninfo_extra="target_session_attrs=read-write")
         if self.cut_off_clock_s:
@@ -96,9 +103,7 @@ class StoreBackInTime(FailoverScenario, unittest.TestCase):
     def holder_claimed(self, holder, claimer):
         """Before the store goes back: the holder generates on the machine id, the claimer
         waits for one, and the store has written the holder's claim."""
-        self.assertEqual(self.store.query("SELECT count(*) FROM cosid.machine_lease "
-                                          "WHERE namespace = 'cosid' AND state = 'claimed'"),
-                         "1")
+        self.assertEqual(self.store.query(self.held_claims_sql), "1")
         time.sleep(1.0)
 
     def test_a_restart_of_the_store_costs_its_holders_nothing(self):
@@ -161,7 +166,7 @@ class StoreBackInTime(FailoverScenario, unittest.TestCase):
                                         "--clean", "--if-exists", dump]),
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             # The restore took the holder's claim back.
-            self.assertEqual(self.store.query("SELECT count(*) FROM cosid.machine_lease"), "0")
+            self.assertEqual(self.store.query(self.claims_sql), "0")
         # While pg_restore drops and creates the store's functions, a call may find an older
         # protocol or none: refused (55000), as the store is not usable then, until it commits.
         self.run_scenario("older dump restored over the store", self.holder_claimed,
@@ -200,6 +205,10 @@ class StoreBackInTime(FailoverScenario, unittest.TestCase):
         (holder, claimer), _ = self.run_scenario(
             "failback to the old primary", move_the_machine_id_on_the_standby,
             self.going_back(fail_back), AFTER_S, expected=STOPPED)
+        if self.distributor:
+            # Holders of CosId's table make no timeline check: the old primary's settling
+            # after its start is what kept them apart.
+            return
         # Both saw the promoted standby's newer timeline, so neither takes the old primary for
         # its store again (the store's own rule, a settling after its start, is what protects
         # a server that never saw the promotion): nobody generates, and both say why.
@@ -234,12 +243,31 @@ class StoreBackInTime(FailoverScenario, unittest.TestCase):
         self.cut_off_clock_s = 12.0
 
         def fail_over_away():
-            # The hold-back worked: the standby has the other lease only.
-            self.assertEqual(standby.query("SELECT count(*) FROM cosid.machine_lease"), "1")
+            # The hold-back worked: the standby has not seen the holder's claim.
+            self.assertEqual(standby.query(self.held_claims_sql), "0")
             fail_over(primary, standby)
             held.release()
         self.run_scenario("forgotten holder 12 s ahead (async failover)", self.holder_claimed,
                           fail_over_away, AFTER_S + 16)
+
+
+class StoreBackInTimeCosidJdbc(StoreBackInTime):
+    """The same with both servers on CosId's table: a released, new or expired row is taken only
+    when cosid's lease store in that database says it has not forgotten claims."""
+    prefix = "jdbc-back"
+    distributor = {"cosid.distributor": "'cosid_jdbc'"}
+    claims_sql = "SELECT count(*) FROM public.cosid_machine"
+    held_claims_sql = ("SELECT count(*) FROM public.cosid_machine "
+                       "WHERE namespace = 'cosid' AND instance_id <> ''")
+
+    def setUp(self):
+        super().setUp()
+        add_cosid_machine(self.store)
+
+    def test_a_base_backup_started_without_recovery(self):
+        self.skipTest("the same loss as an older copy of the data directory, which this class "
+                      "runs; kept to cosid's own store for the suite's time")
+
 
 
 if __name__ == "__main__":

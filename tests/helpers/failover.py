@@ -47,13 +47,19 @@ def print_results(results):
 
 class FailoverScenario:
     """A mixin of unittest.TestCase: `store_ports` (the store's hosts, in the order the servers
-    list them) and `results` (the class's table) come from the test class."""
+    list them) and `results` (the class's table) come from the test class; `distributor`, the
+    servers' settings of where their machine id comes from (cosid's own lease by default)."""
+
+    distributor = {}
+
+    def server_settings(self, timings=None):
+        return {**(timings or TIMINGS), **ONE_MACHINE_ID, **self.distributor}
 
     def cosid_server(self, name, port, timings=None):
         """A cosid server reaching the store through every host that can become its primary."""
         ports = self.store_ports()
         server = fleet_server(name, port, ",".join(str(p) for p in ports),
-                              extra={**(timings or TIMINGS), **ONE_MACHINE_ID},
+                              extra=self.server_settings(timings),
                               host=",".join(["127.0.0.1"] * len(ports)),
                               password_from="environment",
                               conninfo_extra="target_session_attrs=read-write")

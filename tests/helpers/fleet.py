@@ -18,6 +18,7 @@ FLEET_ROLE = "cosid_fleet"
 FLEET_PASSWORD = "fleet-secret-9f3k"
 CERTIFICATE_ROLE = "cosid_certified"
 LEASE_SQL = ROOT / "sql" / "lease_store.sql"
+COSID_MACHINE_SQL = ROOT / "sql" / "cosid_machine.sql"
 
 
 class Proxy:
@@ -136,6 +137,14 @@ def start_store(name, port, settings=None, certificate_role=False, lease_sql=LEA
     if certificate_role:
         store.query(f"CREATE ROLE {CERTIFICATE_ROLE} LOGIN")
         grant_lease_protocol(store, CERTIFICATE_ROLE)
+    return store
+
+
+def add_cosid_machine(store):
+    """CosId's JDBC table in the store's database, as sql/cosid_machine.sql makes it, beside
+    the lease store, with the grant its comment gives the fleet's role."""
+    store.query(COSID_MACHINE_SQL.read_text())
+    store.query(f"GRANT SELECT, INSERT, UPDATE ON public.cosid_machine TO {FLEET_ROLE}")
     return store
 
 
