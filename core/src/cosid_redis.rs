@@ -26,6 +26,12 @@
 //!   release checks the machine id as well as the holder.
 //! - An entry that is not `"<machine id>|<stamp>"` stops every claim of the namespace with an
 //!   error naming it: which machine id it holds is unknown.
+//! - A claim other than of its own entry waits while the Redis server may have forgotten claims:
+//!   for the longest safe guard a claimer gave (and the lead a holder's clock may have had) after
+//!   the server started, when cosid has no record of it (`cosid:{<namespace>}:cosid_store`),
+//!   or after it first saw another run id (a restart: from the start) or replication id (a
+//!   promoted replica: from then). A Redis that lost its data without restarting (`FLUSHALL`,
+//!   an eviction, a replica promoted with none of the namespace's keys) is not detected.
 //!
 //! Times are the claimer's wall clock, as in CosId.
 
@@ -58,6 +64,7 @@ local held = 'cosid:' .. KEYS[1] .. ':itc_idx'
 local released = 'cosid:' .. KEYS[1] .. ':revert'
 local adder = 'cosid:' .. KEYS[1] .. ':adder'
 local floors = 'cosid:' .. KEYS[1] .. ':cosid_claim_floor'
+local store = 'cosid:' .. KEYS[1] .. ':cosid_store'
 local function parse(entry)
     local bar = string.find(entry, '|', 1, true)
     if not bar then
@@ -68,12 +75,19 @@ end
 local function hold(holder, machine_id, stamp)
     redis.call('hset', held, holder, string.format('%d|%d', machine_id, stamp))
 end
+local function keep_floor(holder, stamp, settles_at)
+    redis.call('hset', floors, holder, string.format('%d|%d', stamp, settles_at))
+end
 "#
     };
 }
 
-/// ARGV: holder, the largest machine id, safeGuardAt, the watermark. Answers the machine id, the
-/// previous stamp and how (0 own, 1 released, 2 new, 3 expired), or `{-1, -1, -1}`.
+/// ARGV: holder, the largest machine id, safeGuardAt, the watermark, the safe guard, the lead a
+/// forgotten holder's clock may have had (counted into the settling). Answers the
+/// machine id, the previous stamp, how (0 own, 1 released, 2 new, 3 expired), when the server's
+/// settling ended (for the own entry, the one it was claimed after; 0 when unknown) and its
+/// clock now (Redis's clock, Unix ms); `{-1, -1, -1}` when none is left; `{-2, settles_at,
+/// now}` while the server settles.
 pub const CLAIM_LUA: &str = concat!(
     lua_prelude!(),
     r#"
@@ -81,15 +95,50 @@ local holder = ARGV[1]
 local max_machine_id = tonumber(ARGV[2])
 local safe_guard_at = tonumber(ARGV[3])
 local watermark = tonumber(ARGV[4])
+local safe_guard = tonumber(ARGV[5])
+local lead = tonumber(ARGV[6])
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 local own = redis.call('hget', held, holder)
 if own then
     local machine_id, stamp = parse(own)
     if machine_id and stamp then
         hold(holder, machine_id, math.max(stamp, watermark))
-        -- The stamp is this claim's own watermark: the floor it found is kept apart.
-        return {machine_id, tonumber(redis.call('hget', floors, holder)) or stamp, 0}
+        -- The stamp is this claim's own watermark: the floor it found is kept apart, with the
+        -- end of the settling it claimed after.
+        local floor, settled_at = parse(redis.call('hget', floors, holder) or '')
+        return {machine_id, floor or stamp, 0, settled_at or 0, now}
     end
+end
+
+-- Whether this server may have forgotten claims: it started (without its data, perhaps), or
+-- took another replication history (a promoted replica) since cosid last looked. Its run id,
+-- replication id, when the change was first seen and the longest safe guard a claimer gave are
+-- kept in cosid's own hash; a change settles for that safe guard, as cosid's own store does,
+-- and for the lead a forgotten holder's clock may have had, so that ids issued after it are
+-- above every id such a holder issued.
+local server = redis.call('info', 'server')
+local run_id = string.match(server, 'run_id:(%x+)') or ''
+-- Uptime is in whole seconds: the start this gives is the latest it can have been.
+local started = now - (tonumber(string.match(server, 'uptime_in_seconds:(%d+)')) or 0) * 1000
+local replid = string.match(redis.call('info', 'replication'), 'master_replid:(%x+)') or ''
+local seen = redis.call('hmget', store, 'run_id', 'replid', 'changed', 'safe_guard')
+local changed = tonumber(seen[3])
+if not changed then
+    -- No record: its data may have been lost when it started.
+    changed = started
+elseif seen[2] ~= replid then
+    changed = now
+elseif seen[1] ~= run_id then
+    changed = math.max(changed, started)
+end
+local longest = math.max(tonumber(seen[4]) or 0, safe_guard)
+redis.call('hset', store, 'run_id', run_id, 'replid', replid, 'changed', changed,
+    'safe_guard', longest)
+local settles_at = changed + longest + lead
+if settles_at > now then
+    return {-2, settles_at, now}
 end
 
 local entries = redis.call('hgetall', held)
@@ -111,8 +160,8 @@ for i = 1, #reverted, 2 do
             and not holders[machine_id] then
         redis.call('hdel', released, reverted[i])
         hold(holder, machine_id, math.max(stamp, watermark))
-        redis.call('hset', floors, holder, stamp)
-        return {machine_id, stamp, 1}
+        keep_floor(holder, stamp, settles_at)
+        return {machine_id, stamp, 1, settles_at, now}
     end
 end
 
@@ -123,8 +172,8 @@ while tonumber(redis.call('get', adder)) < max_machine_id do
     local machine_id = redis.call('incr', adder)
     if not holders[machine_id] then
         hold(holder, machine_id, watermark)
-        redis.call('hset', floors, holder, 0)
-        return {machine_id, 0, 2}
+        keep_floor(holder, 0, settles_at)
+        return {machine_id, 0, 2, settles_at, now}
     end
 end
 
@@ -137,8 +186,8 @@ for i = 1, #entries, 2 do
         redis.call('hdel', held, previous)
         redis.call('hdel', floors, previous)
         hold(holder, machine_id, watermark)
-        redis.call('hset', floors, holder, stamp)
-        return {machine_id, stamp, 3}
+        keep_floor(holder, stamp, settles_at)
+        return {machine_id, stamp, 3, settles_at, now}
     end
 end
 
@@ -184,6 +233,11 @@ redis.call('hset', released, machine_id, ARGV[3])
 return 1
 "#
 );
+
+/// How far ahead of a claimer's clock a holder's clock may have run, counted into the settling
+/// after a change of the Redis server, whose end is the floor of a claim made then: the default
+/// of cosid's own store (`cosid.store_settings.max_clock_lead`).
+pub const FORGOTTEN_HOLDER_LEAD_MS: i64 = 1_000;
 
 /// The key CosId passes its scripts: the namespace as a Redis Cluster hash tag.
 pub fn hash_tag(namespace: &str) -> String {
@@ -253,26 +307,50 @@ impl<T: ScriptTransport> LeaseStore for CosidRedis<T> {
             max_machine_id.to_string(),
             safe_guard_at.to_string(),
             watermark_ms.to_string(),
+            safe_guard_ms.clamp(1, i64::MAX as u64).to_string(),
+            FORGOTTEN_HOLDER_LEAD_MS.to_string(),
         ];
         let answer = self
             .transport
             .eval(CLAIM_LUA, &hash_tag(&holder.namespace), &args)?;
-        let how = match answer.as_slice() {
+        // A time of the Redis server's clock, on this claimer's.
+        let here = |redis_ms: i64, redis_now_ms: i64| {
+            now_ms.saturating_add(redis_ms.saturating_sub(redis_now_ms))
+        };
+        let (how, settled_at_ms, redis_now_ms) = match *answer.as_slice() {
             [-1, -1, -1] => return Ok(ClaimOutcome::Exhausted),
-            [_, _, 0] => ClaimedHow::Own,
-            [_, _, 1] => ClaimedHow::Released,
-            [_, _, 2] => ClaimedHow::New,
-            [_, _, 3] => ClaimedHow::Expired,
-            other => return Err(malformed("claim", other)),
+            [-2, settles_at_ms, redis_now_ms] => {
+                return Ok(ClaimOutcome::Settling {
+                    settles_at_ms: here(settles_at_ms, redis_now_ms),
+                })
+            }
+            [_, _, how, settled_at_ms, redis_now_ms] if settled_at_ms >= 0 => {
+                let how = match how {
+                    0 => ClaimedHow::Own,
+                    1 => ClaimedHow::Released,
+                    2 => ClaimedHow::New,
+                    3 => ClaimedHow::Expired,
+                    _ => return Err(malformed("claim", &answer)),
+                };
+                (how, settled_at_ms, redis_now_ms)
+            }
+            _ => return Err(malformed("claim", &answer)),
         };
         let (machine_id, previous_stamp) = (answer[0], answer[1]);
         if machine_id < 0 || machine_id as u64 > max_machine_id {
             return Err(malformed("claim", &answer));
         }
+        // A holder the server forgot issued ids until its deadline, by its own clock: up to the
+        // end of the settling, which counts the lead its clock may have had on this one.
+        let settling_floor_ms = if settled_at_ms > 0 {
+            here(settled_at_ms, redis_now_ms)
+        } else {
+            0
+        };
         Ok(ClaimOutcome::Claimed {
             machine_id: machine_id as u32,
             how,
-            previous_watermark_ms: previous_stamp,
+            previous_watermark_ms: previous_stamp.max(settling_floor_ms),
             expires_at_ms: now_ms.saturating_add(safe_guard_ms as i64),
             store_now_ms: now_ms,
         })
@@ -370,7 +448,11 @@ mod tests {
 
     #[test]
     fn a_claim_passes_cosids_key_and_reads_how_it_was_claimed() {
-        let mut store = store(vec![Ok(vec![5, NOW_MS - 7, 1]), Ok(vec![-1, -1, -1])]);
+        let settled_long_ago = NOW_MS - 60_000;
+        let mut store = store(vec![
+            Ok(vec![5, NOW_MS - 7, 1, settled_long_ago, NOW_MS]),
+            Ok(vec![-1, -1, -1]),
+        ]);
         let outcome = store
             .claim(&holder(10), 4_000, 0xab, NOW_MS + 4_000)
             .unwrap();
@@ -388,7 +470,9 @@ mod tests {
                 "cosid-00000000000000ab@db1:5432:77".to_string(),
                 "1023".into(),
                 (NOW_MS - 4_000).to_string(),
-                (NOW_MS + 4_000).to_string()
+                (NOW_MS + 4_000).to_string(),
+                "4000".into(),
+                FORGOTTEN_HOLDER_LEAD_MS.to_string()
             ]
         );
         assert_eq!(
@@ -399,7 +483,15 @@ mod tests {
 
     #[test]
     fn answers_outside_the_protocol_are_errors() {
-        for answer in [vec![2048, 0, 2], vec![1, 0, 9], vec![1], vec![]] {
+        for answer in [
+            vec![2048, 0, 2, 0, NOW_MS],
+            vec![1, 0, 9, 0, NOW_MS],
+            vec![1, 0, 2, -5, NOW_MS],
+            vec![1, 0, 2],
+            vec![-2, 0],
+            vec![1],
+            vec![],
+        ] {
             let mut store = store(vec![Ok(answer.clone())]);
             assert!(
                 matches!(
@@ -411,6 +503,35 @@ mod tests {
         }
         let mut store = store(vec![Ok(vec![7])]);
         assert!(store.renew(&holder(10), 1, 1, 4_000, NOW_MS, 0).is_err());
+    }
+
+    #[test]
+    fn a_server_that_may_have_forgotten_claims_settles_first() {
+        // The Redis server's clock runs 2 s behind this claimer's.
+        let redis_now = NOW_MS - 2_000;
+        let mut store = store(vec![
+            Ok(vec![-2, redis_now + 3_000, redis_now]),
+            Ok(vec![4, NOW_MS - 50_000, 1, redis_now - 100, redis_now]),
+            Ok(vec![4, NOW_MS - 50_000, 0, redis_now - 100, redis_now]),
+        ]);
+        assert_eq!(
+            store.claim(&holder(10), 4_000, 0xab, NOW_MS).unwrap(),
+            ClaimOutcome::Settling {
+                settles_at_ms: NOW_MS + 3_000
+            },
+            "until when, on this claimer's clock"
+        );
+        // Settled 100 ms ago: the ids stay above the settling's end (which counts the lead a
+        // forgotten holder's clock may have had), not only above the released stamp. A claim
+        // whose answer was lost finds the same floor again.
+        for how in [ClaimedHow::Released, ClaimedHow::Own] {
+            assert!(matches!(
+                store.claim(&holder(10), 4_000, 0xab, NOW_MS).unwrap(),
+                ClaimOutcome::Claimed { machine_id: 4, how: claimed, previous_watermark_ms, .. }
+                    if claimed == how
+                        && previous_watermark_ms == NOW_MS - 100
+            ));
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@ import threading
 import time
 import unittest
 
+from helpers.clients import LoopingClients, duplicates
 from helpers.cosid_java import JavaCosIdRedis, MachineIdOverflow, now_ms
+from helpers.fleet import Proxy
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
 from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for
 from helpers.redis_server import RedisServer
@@ -24,6 +26,8 @@ IDS = 100_000
 TINY = {"cosid.namespace": "'tiny'", "cosid.machine_bits": 1, "cosid.timestamp_bits": 41,
         "cosid.sequence_bits": 12}
 COSID_HOLDER = re.compile(r"^cosid-[0-9a-f]{16}@")
+# One machine id for two servers.
+ONE_MACHINE_ID = {"cosid.machine_bits": 0, "cosid.timestamp_bits": 41, "cosid.sequence_bits": 12}
 
 
 def cosid_scripts():
@@ -316,6 +320,53 @@ class CosidRedis(unittest.TestCase):
         store_ids(server, "java", java.ids(10_000))
         self.assertEqual(assert_unique(self, server), 20_000)
 
+    def test_a_restarted_redis_settles_before_a_machine_id_is_handed_out(self):
+        """A Redis restarted without its data hands machine id 0 out again as new, while its
+        holder, whose renewals do not arrive (a proxy answers nothing from the restart until
+        the claimer holds the machine id), generates until its deadline. cosid's record of the server (its run id, in
+        cosid:{ns}:cosid_store, or the server's start when the record is gone too) makes the
+        claimer wait a whole safe guard after the start, and its ids start above it. Two
+        servers on one machine id (0 machine bits), clients on both."""
+        proxy = Proxy(self.redis.port)
+        self.addCleanup(proxy.close)
+        holder = self.server("redis-r1", 24650, **ONE_MACHINE_ID, **{
+            "cosid.lease_store": f"'redis://127.0.0.1:{proxy.port}/0'"})
+        self.assertEqual(wait_state(holder, "UP")["machine_id"], "0")
+        claimer = self.server("redis-r2", 24651, **ONE_MACHINE_ID)
+        wait_for(lambda: status(claimer).get("problem") == "exhausted", 30,
+                 f"the claimer to find no machine id:\n{claimer.log()[-2000:]}")
+        loads = [LoopingClients(server, clients=2, batch=200, batches_per_session=5)
+                 for server in (holder, claimer)]
+        for load in loads:
+            load.__enter__()
+        try:
+            time.sleep(1.0)
+            proxy.set_mode("blackhole")
+            restarted_ms = now_ms()
+            self.redis.restart()
+            settling = wait_for(lambda: status(claimer).get("problem") == "store_settling"
+                                and status(claimer), 30,
+                                f"the claimer to wait for Redis:\n{claimer.log()[-2000:]}")
+            self.assertEqual(wait_state(claimer, "UP")["machine_id"], "0")
+            proxy.set_mode("pass")
+            time.sleep(1.0)
+        finally:
+            for load in loads:
+                load.__exit__()
+        self.assertIn("it may have forgotten claims", settling["last_error"])
+        sessions = [load.sessions for load in loads]
+        ids = [[value for session in group for value in session.ids] for group in sessions]
+        held_ms = [{ts_ms_of(value, shift=12) for value in group} for group in ids]
+        dups = duplicates([session for group in sessions for session in group])
+        shared = len(held_ms[0] & held_ms[1])
+        print(f"\n  {len(ids[0])} ids from the holder, {len(ids[1])} from the claimer: "
+              f"{dups} duplicates, {shared} shared milliseconds", end=" ")
+        self.assertEqual(dups, 0)
+        self.assertEqual(shared, 0)
+        self.assertTrue(ids[1], "the claimer issued nothing")
+        # Safety, not timing: Redis started after restarted_ms, and settles a safe guard.
+        self.assertGreater(ts_ms_of(min(ids[1]), shift=12), restarted_ms + SAFE_GUARD_MS)
+
     def test_a_claim_whose_answer_was_lost_waits_for_the_floor_it_found(self):
         """cosid's scripts on a real redis-server: a claim that took a released machine id and
         whose answer was lost is sent again under its token; the second answer is the released
@@ -323,15 +374,19 @@ class CosidRedis(unittest.TestCase):
         server give the machine id back). The first renewal forgets the floor."""
         scripts, key = cosid_scripts(), "{lost}"
         floors = "cosid:{lost}:cosid_claim_floor"
+        # A safe guard of 1 ms and no lead, on a server up for a second: settled.
+        wait_for(lambda: "uptime_in_seconds:0" not in self.redis.call("INFO", "server"), 10,
+                 "redis-server to be up for a second")
         now = now_ms()
         released_stamp, watermark = now - 10, now + SAFE_GUARD_MS - 500
         self.redis.call("HSET", "cosid:{lost}:revert", 0, released_stamp)
         holder = "cosid-00000000000000ab@db1:5432:1"
-        claim = (holder, 1023, now - SAFE_GUARD_MS, watermark)
-        self.assertEqual(self.redis.call("EVAL", scripts["claim"], 1, key, *claim),
-                         [0, released_stamp, 1])
-        self.assertEqual(self.redis.call("EVAL", scripts["claim"], 1, key, *claim),
-                         [0, released_stamp, 0], "the floor found, not the watermark written")
+        claim = (holder, 1023, now - SAFE_GUARD_MS, watermark, 1, 0)
+        first = self.redis.call("EVAL", scripts["claim"], 1, key, *claim)
+        self.assertEqual(first[:3], [0, released_stamp, 1])
+        again = self.redis.call("EVAL", scripts["claim"], 1, key, *claim)
+        self.assertEqual(again[:4], [0, released_stamp, 0, first[3]],
+                         "the floor found and the settling, not the watermark written")
         self.assertEqual(self.entries("lost")[holder], (0, watermark))
         self.assertEqual(self.redis.call("EVAL", scripts["renew"], 1, key, holder, 0,
                                          watermark + 500), 1)
@@ -339,7 +394,7 @@ class CosidRedis(unittest.TestCase):
         # A second claimer's new machine id, then its release: nothing of it is left behind.
         other = "cosid-00000000000000cd@db2:5432:1"
         self.assertEqual(self.redis.call("EVAL", scripts["claim"], 1, key, other, 1023,
-                                         now - SAFE_GUARD_MS, watermark), [1, 0, 2])
+                                         now - SAFE_GUARD_MS, watermark, 1, 0)[:3], [1, 0, 2])
         self.assertEqual(self.redis.call("EVAL", scripts["release"], 1, key, other, 1, now), 1)
         self.assertEqual(self.redis.call("HGETALL", floors), [])
 

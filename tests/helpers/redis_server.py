@@ -94,6 +94,13 @@ class RedisServer:
         finally:
             client.close()
 
+    def restart(self):
+        """Kills the server (-9) and starts it again on its port: these servers keep nothing on
+        disk, so it comes back empty, as a Redis without persistence does."""
+        self.process.kill()
+        self.process.wait()
+        return self.start()
+
     def stop(self):
         if self.process and self.process.poll() is None:
             self.process.terminate()
