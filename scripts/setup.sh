@@ -18,6 +18,9 @@
 #   (COSID_PG_ROOT is /opt/cosid-postgres by default; the postgres user must be able to read it);
 # - pyflakes 3.2.0's wheel, in target/lint;
 # - Patroni 4.1.5, in a virtual environment in target/patroni;
+# - the clients of docs/clients.md, in target/clients: SQLAlchemy, psycopg and Django with pip
+#   --target, the JavaScript ones of tests/clients/package-lock.json with npm ci (and Debian's
+#   nodejs and npm when the machine has no Node.js);
 # - cargo-pgrx 0.18.1, which must match the pgrx version in Cargo.toml exactly;
 # - pgrx's registration of each of these PostgreSQL versions, and of $PG_CONFIG's when it is
 #   another one (`cargo pgrx init` keeps the versions already registered in its config.toml and
@@ -206,6 +209,34 @@ if ! "$PATRONI_VENV/bin/patroni" --version 2>/dev/null | grep -qx "patroni 4.1.5
     rm -rf "$PATRONI_VENV"
     /usr/bin/python3 -m venv "$PATRONI_VENV"
     "$PATRONI_VENV/bin/pip" install --quiet "patroni[etcd3,psycopg3]==4.1.5" "psycopg[binary]==3.2.*"
+fi
+
+# The clients whose examples docs/clients.md shows, for tests/cluster/test_clients.py, into
+# target/clients and nowhere else: the Python ones with pip --target into target/clients/python,
+# the JavaScript ones from tests/clients/package-lock.json with npm ci into target/clients/node
+# (Node.js and npm are Debian's when the machine has none: Node.js 18 on Debian 12).
+CLIENTS_PYTHON="$ROOT/target/clients/python"
+CLIENTS_PYTHON_PACKAGES=("SQLAlchemy==2.0.49" "psycopg[binary]==3.2.13" "Django==5.2.19")
+if [ "$(cat "$CLIENTS_PYTHON/.installed" 2>/dev/null)" != "${CLIENTS_PYTHON_PACKAGES[*]}" ]; then
+    echo "setup: installing ${CLIENTS_PYTHON_PACKAGES[*]} into $CLIENTS_PYTHON"
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        apt_install python3-pip
+    fi
+    rm -rf "$CLIENTS_PYTHON"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        --target "$CLIENTS_PYTHON" "${CLIENTS_PYTHON_PACKAGES[@]}"
+    echo "${CLIENTS_PYTHON_PACKAGES[*]}" > "$CLIENTS_PYTHON/.installed"
+fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    apt_install nodejs npm
+fi
+CLIENTS_NODE="$ROOT/target/clients/node"
+if ! cmp -s "$ROOT/tests/clients/package-lock.json" "$CLIENTS_NODE/package-lock.json" \
+    || [ ! -d "$CLIENTS_NODE/node_modules" ]; then
+    echo "setup: installing the JavaScript clients of tests/clients/package.json into $CLIENTS_NODE"
+    mkdir -p "$CLIENTS_NODE"
+    cp "$ROOT/tests/clients/package.json" "$ROOT/tests/clients/package-lock.json" "$CLIENTS_NODE/"
+    npm ci --prefix "$CLIENTS_NODE" --no-audit --no-fund --loglevel=error
 fi
 
 install_cargo_pgrx

@@ -49,7 +49,8 @@ async function columnDefault(table, column = 'id') {
 async function lookups(db, table, ids, param) {
   const found = { own: 0, another: 0, none: 0 };
   for (const id of ids) {
-    const { rows } = await db.query(`SELECT id::text AS id FROM ${table} WHERE id = $1`, [param(id)]);
+    const { rows } = await db.query(`SELECT id::text AS id FROM ${table} WHERE id = $1`,
+      [param(id)]);
     if (rows.length === 0) found.none += 1;
     else if (rows[0].id === String(id)) found.own += 1;
     else found.another += 1;
@@ -93,7 +94,8 @@ const clients = {
       out.json_exact = json.rows.filter((r) => String(r.j.id) === r.id).length;
       out.row_to_json_exact = json.rows.filter((r) => String(r.r.id) === r.id).length;
       // A safe_js generator's ids, as Number, with node-postgres's type parser for bigint.
-      await db.query("CREATE TABLE clicks (id bigint PRIMARY KEY DEFAULT cosid_next('web'), url text)");
+      await db.query(
+        "CREATE TABLE clicks (id bigint PRIMARY KEY DEFAULT cosid_next('web'), url text)");
       const clicks = await db.query(
         "INSERT INTO clicks (url) SELECT '/' || n FROM generate_series(1, 1000) n RETURNING id");
       out.safe_js_types = typesOf(clicks.rows.map((r) => r.id));
@@ -165,7 +167,8 @@ const clients = {
       out.returned = [...ids].sort();
       out.table = await tableIds('orders');
       out.column = await columnDefault('orders');
-      out.big_increments = knex.schema.createTable('t', (t) => { t.bigIncrements('id'); }).toString();
+      out.big_increments = knex.schema.createTable('t', (t) => { t.bigIncrements('id'); })
+        .toString();
     } finally {
       await knex.destroy();
     }
@@ -244,7 +247,8 @@ const clients = {
       out.json = JSON.stringify(rows[0]);
 
       // The two modes of Drizzle's bigint, on a table of the default generator.
-      await pool.query('CREATE TABLE numbered (id bigint PRIMARY KEY DEFAULT cosid_next(), item text)');
+      await pool.query(
+        'CREATE TABLE numbered (id bigint PRIMARY KEY DEFAULT cosid_next(), item text)');
       const modes = {};
       for (const mode of ['number', 'bigint']) {
         const numbered = pgTable('numbered', {

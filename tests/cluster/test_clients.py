@@ -142,11 +142,10 @@ class Clients(ClusterTest):
         print(f"Number(id) as the parameter, 1,000 ids: {number['own']} own row, "
               f"{number['another']} another, {number['none']} none", file=sys.stderr)
         self.assertEqual(sum(number.values()), 1000)
-        # The document: a few found their own row (the id a multiple of 128 ± 64 that its
-        # double reads back as), all the others another row or none.
-        self.assertLess(number["own"], 50)
+        # The document: about 1 in 128 found its own row (the one whose id is the shortest
+        # decimal of the double), the others another row or none.
+        self.assertLess(number["own"], 20)
         self.assertGreater(number["another"], 0)
-        self.assertGreater(number["none"], 0)
         self.assertEqual(out["through_bigint"], {"own": 1000, "another": 0, "none": 0})
         self.assertEqual(out["bigint_json"], "TypeError: Do not know how to serialize a BigInt")
         self.assertEqual(out["bigint_json_replacer"], json.dumps({"id": out["first_id"]},
@@ -209,9 +208,8 @@ class Clients(ClusterTest):
               f"row, {number['found']['another']} another, {number['found']['none']} none",
               file=sys.stderr)
         self.assertEqual(number["types"], ["number"])
-        self.assertLess(number["found"]["own"], 50)
+        self.assertLess(number["found"]["own"], 20)
         self.assertGreater(number["found"]["another"], 0)
-        self.assertGreater(number["found"]["none"], 0)
         self.assertEqual(bigint["types"], ["bigint"])
         self.assertEqual(bigint["found"], {"own": 1000, "another": 0, "none": 0})
         self.assertEqual(bigint["json"], "TypeError: Do not know how to serialize a BigInt")
