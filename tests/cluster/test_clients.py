@@ -64,25 +64,29 @@ class Clients(ClusterTest):
         cls.blocks = client_blocks()
         cls.cluster = Cluster("clients", free_port(25870)).init()
         cls.cluster.start()
-        cls.cluster.query("CREATE EXTENSION cosid")
-        # The JavaScript section's safe_js generator, and Drizzle's named one.
-        cls.cluster.query("SELECT cosid_create_generator('web', 'safe_js')")
-        cls.cluster.query("SELECT cosid_create_generator('invoices')")
-        for name in ("javascript", "sequelize", "knex", "drizzle", "typeorm", "sqlalchemy",
-                     "json"):
-            cls.cluster.query(f"CREATE DATABASE {name}")
-            cls.cluster.query("CREATE EXTENSION cosid", name)
-        # Django's database has no extension: its first migration creates it; nor has the one
-        # drizzle-kit migrate runs on first.
-        cls.cluster.query("CREATE DATABASE django")
-        cls.cluster.query("CREATE DATABASE drizzle_bare")
-        wait_for(lambda: cls.cluster.query(
-            "SELECT bool_and(state = 'UP') AND count(*) = 3 FROM cosid.status") == "t",
-            15, "the default generator, 'web' and 'invoices' UP")
-        cls.work = ROOT / "target" / "clients" / "work" / str(cls.cluster.port)
-        shutil.rmtree(cls.work, ignore_errors=True)
-        cls.work.mkdir(parents=True)
-        (cls.work / "blocks.json").write_text(json.dumps(cls.blocks))
+        try:
+            cls.cluster.query("CREATE EXTENSION cosid")
+            # The JavaScript section's safe_js generator, and Drizzle's named one.
+            cls.cluster.query("SELECT cosid_create_generator('web', 'safe_js')")
+            cls.cluster.query("SELECT cosid_create_generator('invoices')")
+            for name in ("javascript", "sequelize", "knex", "drizzle", "typeorm", "sqlalchemy",
+                         "json"):
+                cls.cluster.query(f"CREATE DATABASE {name}")
+                cls.cluster.query("CREATE EXTENSION cosid", name)
+            # Django's database has no extension: its first migration creates it; nor has the one
+            # drizzle-kit migrate runs on first.
+            cls.cluster.query("CREATE DATABASE django")
+            cls.cluster.query("CREATE DATABASE drizzle_bare")
+            wait_for(lambda: cls.cluster.query(
+                "SELECT bool_and(state = 'UP') AND count(*) = 3 FROM cosid.status") == "t",
+                15, "the default generator, 'web' and 'invoices' UP")
+            cls.work = ROOT / "target" / "clients" / "work" / str(cls.cluster.port)
+            shutil.rmtree(cls.work, ignore_errors=True)
+            cls.work.mkdir(parents=True)
+            (cls.work / "blocks.json").write_text(json.dumps(cls.blocks))
+        except BaseException:
+            cls.cluster.stop(check=False)
+            raise
 
     @classmethod
     def tearDownClass(cls):
