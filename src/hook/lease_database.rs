@@ -2,8 +2,8 @@
 //! would keep the workers out of it or move it away, are refused before they run.
 
 use crate::error::CosidError;
+use crate::pg_list;
 use pgrx::prelude::*;
-use pgrx::PgList;
 
 /// The refusal of `DROP DATABASE` of `cosid.database`. It cannot be looked into from the
 /// database the statement runs in, and `WITH (FORCE)` ends the lease worker's connection: it holds
@@ -67,13 +67,11 @@ pub(super) unsafe fn cuts_off_the_lease_database(node: *mut pg_sys::Node) -> Opt
         match (*node).type_ {
             pg_sys::NodeTag::T_AlterDatabaseStmt => {
                 let alter = &*(node as *mut pg_sys::AlterDatabaseStmt);
-                let refuses = PgList::<pg_sys::DefElem>::from_pg(alter.options)
-                    .iter_ptr()
-                    .any(|option| {
-                        !(*option).defname.is_null()
-                            && std::ffi::CStr::from_ptr((*option).defname) == c"allow_connections"
-                            && !pg_sys::defGetBoolean(option)
-                    });
+                let refuses = pg_list::pointers::<pg_sys::DefElem>(alter.options).any(|option| {
+                    !(*option).defname.is_null()
+                        && std::ffi::CStr::from_ptr((*option).defname) == c"allow_connections"
+                        && !pg_sys::defGetBoolean(option)
+                });
                 if !refuses {
                     return None;
                 }

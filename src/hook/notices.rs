@@ -2,9 +2,10 @@
 //! cosid`, and a warning when a subscription may replicate ids of the same machine ids.
 
 use crate::error::CosidError;
+use crate::pg_list;
 use crate::settings::{self, MachineSource};
 use pgrx::prelude::*;
-use pgrx::{PgList, PgLogLevel};
+use pgrx::PgLogLevel;
 
 /// Whether the statement is `CREATE EXTENSION cosid`.
 ///
@@ -39,13 +40,11 @@ pub(super) unsafe fn starts_a_subscription(node: *mut pg_sys::Node) -> bool {
                 // ENABLE and DISABLE are both this kind, with the option `enabled` saying which.
                 let alter = &*(node as *mut pg_sys::AlterSubscriptionStmt);
                 alter.kind == pg_sys::AlterSubscriptionType::ALTER_SUBSCRIPTION_ENABLED
-                    && PgList::<pg_sys::DefElem>::from_pg(alter.options)
-                        .iter_ptr()
-                        .any(|option| {
-                            !(*option).defname.is_null()
-                                && std::ffi::CStr::from_ptr((*option).defname) == c"enabled"
-                                && pg_sys::defGetBoolean(option)
-                        })
+                    && pg_list::pointers::<pg_sys::DefElem>(alter.options).any(|option| {
+                        !(*option).defname.is_null()
+                            && std::ffi::CStr::from_ptr((*option).defname) == c"enabled"
+                            && pg_sys::defGetBoolean(option)
+                    })
             }
             _ => false,
         }

@@ -94,8 +94,8 @@ pub(super) fn remember_for_this_call_site(
         if (*call).type_ != pg_sys::NodeTag::T_FuncExpr {
             return;
         }
-        let args = pgrx::PgList::<pg_sys::Node>::from_pg((*call.cast::<pg_sys::FuncExpr>()).args);
-        let Some(first) = args.get_ptr(0) else {
+        let args = (*call.cast::<pg_sys::FuncExpr>()).args;
+        let Some(first) = crate::pg_list::pointers::<pg_sys::Node>(args).next() else {
             return;
         };
         if (*first).type_ == pg_sys::NodeTag::T_Const {
