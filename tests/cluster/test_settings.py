@@ -15,9 +15,9 @@ SECRET = "Xq7-store-pw-Zr4"
 
 
 def setting_range(low, high, unit=""):
-    """A setting's valid range as PostgreSQL prints it in its error: from version 18 on, with the
-    setting's unit after each bound."""
-    if unit and PG_MAJOR >= 18:
+    """A setting's valid range as PostgreSQL prints it in its error: from version 17 on (17.10
+    prints it so, as 18 does), with the setting's unit after each bound."""
+    if unit and PG_MAJOR >= 17:
         return f"({low} {unit} .. {high} {unit})"
     return f"({low} .. {high})"
 
