@@ -1,6 +1,6 @@
 """The integration tiers, on several PostgreSQL versions at once:
 
-    python3 suite.py [--versions "15 16 18"] [--jobs 6] [tier ...]
+    python3 suite.py [--versions "15 16 17 18"] [--jobs 6] [tier ...]
 
 The tiers are folders of this one: `regress` (pg_regress golden files), `cluster` (tests against
 real servers) and `faults` (fault injection, crashes, clock steps and load); with none named, all
@@ -274,7 +274,7 @@ def read_steps(path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tiers", nargs="*", help=f"of {', '.join(TIERS)} (all by default)")
-    parser.add_argument("--versions", default=os.environ.get("TESTED_PG", "15 16 18"))
+    parser.add_argument("--versions", default=os.environ.get("TESTED_PG", "15 16 17 18"))
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("COSID_TEST_JOBS", 6)))
     parser.add_argument("--steps", help="a file of the times of earlier steps, to show")
     parser.add_argument("--write-durations", action="store_true")

@@ -1,5 +1,6 @@
-"""pg_upgrade of servers with cosid, for real: PostgreSQL 15 to 16 and 16 to 18 (the set-up
-installs all three; the module runs in the PostgreSQL 15 job only). pg_upgrade copies the
+"""pg_upgrade of servers with cosid, for real: PostgreSQL 15 to 16, 16 to 17 and 17 to 18, each
+major version to the next (the set-up installs all four; the module runs in the PostgreSQL 15 job
+only). pg_upgrade copies the
 databases, with the lease rows and the generators' definitions, but no file of ours, and a
 server with a fixed machine id keeps its floor in `cosid.state` and `cosid.state.<namespace>`
 of the data directory. The old server's clock runs ahead, so that its last ids are ahead of the
@@ -62,7 +63,7 @@ def ids(cluster, generator):
         f"SELECT {call} FROM generate_series(1, {IDS_PER_GENERATOR})").split()]
 
 
-@unittest.skipIf(PG_MAJOR != 15, "pg_upgrade from 15 to 16 and 16 to 18 runs in the 15 job")
+@unittest.skipIf(PG_MAJOR != 15, "pg_upgrade from 15 to 16, 16 to 17 and 17 to 18 runs in the 15 job")
 class PgUpgrade(ClusterTest):
     def old_server(self, version, port):
         """A server of `version` with a fixed machine id and a named generator, whose clock runs
@@ -210,10 +211,16 @@ class PgUpgrade(ClusterTest):
         new = self.upgrade(old, 16, 25987, preload_while_upgrading=True, started_before=True)
         self.assert_refused_until_the_files_are_copied(old, new, issued)
 
-    def test_pg_upgrade_16_to_18_keeps_ids_above_the_old_ones(self):
+    def test_pg_upgrade_16_to_17_keeps_ids_above_the_old_ones(self):
         # cosid is put in shared_preload_libraries of the new cluster only after pg_upgrade.
         old, issued = self.old_server(16, 26040)
-        new = self.upgrade(old, 18, 26042, preload_while_upgrading=False)
+        new = self.upgrade(old, 17, 26042, preload_while_upgrading=False)
+        self.assert_refused_until_the_files_are_copied(old, new, issued)
+
+    def test_pg_upgrade_17_to_18_keeps_ids_above_the_old_ones(self):
+        # Preloaded while pg_upgrade runs, on a new cluster never started before.
+        old, issued = self.old_server(17, 26045)
+        new = self.upgrade(old, 18, 26047, preload_while_upgrading=True)
         self.assert_refused_until_the_files_are_copied(old, new, issued)
 
 

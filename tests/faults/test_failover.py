@@ -12,6 +12,7 @@ import unittest
 
 from helpers.failover import (LONG_SAFE_GUARD_S, LONG_TIMINGS, SAFE_GUARD_S, STOPPED,
                               FailoverScenario, print_results)
+from helpers.faults import full_fault_tier
 from helpers.fleet import start_store
 from helpers.leases import status
 from helpers.replication import HeldBack, fail_over, start_standby
@@ -19,6 +20,7 @@ from helpers.replication import HeldBack, fail_over, start_standby
 RESULTS = []
 
 
+@full_fault_tier
 class Failover(FailoverScenario, unittest.TestCase):
     tests_may_run_apart = True
     prefix = "failover"

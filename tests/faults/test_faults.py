@@ -25,8 +25,8 @@ import unittest
 from collections import Counter, defaultdict
 
 from helpers.clients import LoopingClients, duplicates, sessions_not_increasing
-from helpers.faults import (FAST, LAYOUT, decode, fake_clock, ownership_conflicts,
-                            set_clock_offset)
+from helpers.faults import (FAST, LAYOUT, decode, fake_clock, full_fault_tier,
+                            ownership_conflicts, set_clock_offset)
 from helpers.fleet import (FLEET_PASSWORD, FLEET_ROLE, Proxy, fleet_server, restore_store_copy,
                            set_max_clock_lead, start_store)
 from helpers.generators import (define_second_generator, generators, next_id, ten_minutes_back,
@@ -55,6 +55,7 @@ def decoder(generator):
     return lambda value: decode(value, machine_bits, sequence_bits)
 
 
+@full_fault_tier
 class Faults(unittest.TestCase):
     # Each test sets up its own store and servers; tearDownClass only prints the table of the
     # scenarios run in this process (tests/suite.py runs each in a process of its own).

@@ -54,7 +54,7 @@ from collections import Counter, defaultdict, namedtuple
 from datetime import datetime, timedelta, timezone
 
 from helpers.clients import copy_ids, run_session
-from helpers.faults import fake_clock, set_clock_offset
+from helpers.faults import fake_clock, full_fault_tier, set_clock_offset
 from helpers.fleet import FLEET_PASSWORD, FLEET_ROLE, set_max_clock_lead, start_store
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S
 from helpers.pgcluster import (PG_BIN, Cluster, SqlError, as_postgres, chown_to_postgres,
@@ -979,6 +979,7 @@ def actions_setting(actions):
     return ",".join(actions)
 
 
+@full_fault_tier
 class OperatorFuzz(unittest.TestCase):
     def test_operator_action_sequences(self):
         seeds = [int(s) for s in os.environ.get("COSID_FUZZ_SEEDS", "").split(",") if s.strip()]

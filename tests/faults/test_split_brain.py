@@ -16,6 +16,7 @@ import unittest
 
 from helpers.failover import (LONG_SAFE_GUARD_S, LONG_TIMINGS, STOPPED, FailoverScenario,
                               print_results)
+from helpers.faults import full_fault_tier
 from helpers.fleet import start_store
 from helpers.leases import status
 from helpers.pgcluster import wait_for
@@ -32,6 +33,7 @@ def signal_all(cluster, signum):
             pass
 
 
+@full_fault_tier
 class SplitBrain(FailoverScenario, unittest.TestCase):
     tests_may_run_apart = True
     prefix = "split"

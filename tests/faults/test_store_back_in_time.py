@@ -24,7 +24,7 @@ import time
 import unittest
 
 from helpers.failover import EXPECTED, SAFE_GUARD_S, STOPPED, FailoverScenario, print_results
-from helpers.faults import fake_clock
+from helpers.faults import fake_clock, full_fault_tier
 from helpers.fleet import Proxy, add_cosid_machine, fleet_server, set_max_clock_lead, start_store
 from helpers.leases import status
 from helpers.pgcluster import PG_BIN, as_postgres, wait_for
@@ -47,6 +47,7 @@ def copy_folder(source, target):
     subprocess.run(["cp", "-a", str(source), str(target)], check=True)
 
 
+@full_fault_tier
 class StoreBackInTime(FailoverScenario, unittest.TestCase):
     tests_may_run_apart = True
     prefix = "back"

@@ -3,9 +3,10 @@ other's machine ids over), its lease timings, and the clock faker (fakeclock.c).
 
 import os
 import subprocess
+import unittest
 from collections import defaultdict
 
-from .pgcluster import ROOT, chown_to_postgres, exclusive
+from .pgcluster import PG_MAJOR, ROOT, chown_to_postgres, exclusive
 
 MACHINE_BITS = 1
 SEQUENCE_BITS = 12
@@ -15,6 +16,27 @@ FAST = {"cosid.safe_guard_duration": "'4s'", "cosid.guarder_delay": "'500ms'",
         "cosid.guarder_initial_delay": "'500ms'"}
 
 EPOCH_MS = 1_577_203_200_000
+
+# The PostgreSQL versions on which the heaviest fault tests run (`full_fault_tier`): the oldest and
+# the newest tested. What those tests exercise (leases, takeovers, failovers of the store, a store
+# gone back in time, operators' actions in random order) is cosid's own Rust and SQL, the same on
+# every version; what differs between versions (the server's API, its catalogs, its messages,
+# pg_upgrade, replication's options) is covered on every version by the SQL golden files, the
+# cluster tests and the rest of the fault tier. Running them on the versions between as well
+# would cost CI about a quarter of its time (make test on 15, 16, 17 and 18 must fit CI's
+# budget) to test the same code again. COSID_FULL_FAULTS=1 runs them on any version.
+FULL_FAULT_VERSIONS = (15, 18)
+
+
+def full_fault_tier(cls):
+    """Skips the test class on the versions that are not in FULL_FAULT_VERSIONS (unless
+    COSID_FULL_FAULTS=1), saying why."""
+    runs = PG_MAJOR in FULL_FAULT_VERSIONS or os.environ.get("COSID_FULL_FAULTS") == "1"
+    versions = " and ".join(str(version) for version in FULL_FAULT_VERSIONS)
+    return unittest.skipUnless(
+        runs, f"the heaviest fault tests run on PostgreSQL {versions} only: they test "
+        f"version-independent code (tests/helpers/faults.py, FULL_FAULT_VERSIONS; "
+        f"COSID_FULL_FAULTS=1 runs them here)")(cls)
 
 FAKE_CLOCK_SOURCE = ROOT / "tests" / "helpers" / "fakeclock.c"
 
