@@ -1,8 +1,9 @@
 """`make install` sets up the build only (scripts/setup.sh --build): run with Debian's package
 tools replaced by recorders that say nothing is installed, it asks apt for the build's packages
 and no test tool or service, registers the PostgreSQL it builds for with pgrx, and refuses a
-PostgreSQL that is not there with the fix. And `make install` runs that set-up, not the whole
-one. (The real packages stay installed: this machine runs the tests.)"""
+PostgreSQL that is not there, or a user's PostgreSQL without server headers, with the fix; the
+tests' own build of 17, which has none, is accepted. And `make install` runs that set-up, not
+the whole one. (The real packages stay installed: this machine runs the tests.)"""
 
 import os
 import stat
@@ -66,6 +67,47 @@ class BuildSetup(unittest.TestCase):
         self.assertFalse(any("install" in call for call in self.calls("apt-get")),
                          "nothing installed for a version Debian does not package here")
         self.assertFalse(self.calls("cargo"))
+
+    def headerless_pg_config(self, folder):
+        """A pg_config in `folder` of a PostgreSQL 17 without server headers (the tests' build
+        of 17 is one)."""
+        bin_dir = folder / "bin"
+        bin_dir.mkdir(parents=True)
+        (folder / "include" / "server").mkdir(parents=True)
+        pg_config = bin_dir / "pg_config"
+        pg_config.write_text(f"""#!/bin/sh
+case "$1" in
+    --version) echo "PostgreSQL 17.10" ;;
+    --includedir-server) echo "{folder}/include/server" ;;
+    *) exit 1 ;;
+esac
+""")
+        pg_config.chmod(0o755)
+        return pg_config
+
+    def test_a_headerless_build_of_the_tests_is_accepted(self):
+        root = self.dir / "cosid-postgres"
+        pg_config = self.headerless_pg_config(root / "17" / "build")
+        done = subprocess.run([ROOT / "scripts" / "setup.sh", "--build"],
+                              env=dict(self.env, PG_CONFIG=pg_config, COSID_PG_ROOT=root),
+                              cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assertNotIn("no server headers", done.stdout)
+        self.assertIn(["pgrx", "init", "--pg17", str(pg_config)], self.calls("cargo"))
+
+    def test_a_headerless_postgresql_of_the_user_is_refused_with_the_fix(self):
+        pg_config = self.headerless_pg_config(self.dir / "elsewhere")
+        done = subprocess.run([ROOT / "scripts" / "setup.sh", "--build"],
+                              env=dict(self.env, PG_CONFIG=pg_config,
+                                       COSID_PG_ROOT=self.dir / "cosid-postgres"),
+                              cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+        self.assertEqual(done.returncode, 1, done.stdout)
+        self.assertIn(f"{pg_config} has no server headers", done.stdout)
+        self.assertIn("install its development package (postgresql-server-dev-<major> on Debian",
+                      done.stdout)
+        self.assertFalse(self.calls("cargo"), "no build set up for it")
 
     def test_make_install_runs_the_build_setup_only(self):
         planned = subprocess.run(["make", "-n", "install", "PG=15"], cwd=ROOT, text=True,
