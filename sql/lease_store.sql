@@ -409,11 +409,14 @@ $$;
 -- store may have forgotten claims whose holders still generate, after its identity changed;
 -- floor_ms: what the ids of a row taken now must stay above (the end of the settling plus the
 -- clock lead the store allows: a holder it forgot issued ids up to its own clock); both 0
--- when no change is to be waited out. now_ms: this store's clock. Records the caller's safe
--- guard, and that a holder other than this server's own workers wrote here, as a claim does.
+-- when no change is to be waited out. now_ms: this store's clock. max_clock_lead_ms: how far
+-- ahead of it a holder's clock may run (cosid.store_settings.max_clock_lead), which the floor
+-- counts on: a claim or renewal from a clock further ahead is refused, as cosid.lease_claim()
+-- and cosid.lease_renew() refuse it. Records the caller's safe guard, and that a holder other
+-- than this server's own workers wrote here, as a claim does.
 CREATE FUNCTION cosid.cosid_machine_settles_at(p_safe_guard_ms bigint,
                                                OUT settles_at_ms bigint, OUT floor_ms bigint,
-                                               OUT now_ms bigint)
+                                               OUT now_ms bigint, OUT max_clock_lead_ms bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -425,8 +428,8 @@ BEGIN
     PERFORM cosid.store_holder_seen();
     PERFORM cosid.store_guard_given(p_safe_guard_ms);
     settles_at_ms := coalesce(cosid.unix_ms(v_settles), 0);
-    floor_ms := CASE WHEN v_settles IS NULL THEN 0
-                     ELSE settles_at_ms + cosid.store_max_clock_lead_ms() END;
+    max_clock_lead_ms := cosid.store_max_clock_lead_ms();
+    floor_ms := CASE WHEN v_settles IS NULL THEN 0 ELSE settles_at_ms + max_clock_lead_ms END;
     now_ms := cosid.unix_ms(clock_timestamp());
 END
 $$;

@@ -66,17 +66,28 @@ const READINESS_SQL: &str = "SELECT pg_catalog.to_regclass('public.cosid_machine
      COALESCE(pg_catalog.has_function_privilege(\
      pg_catalog.to_regprocedure('cosid.cosid_machine_settles_at(bigint)'), 'EXECUTE'), false)";
 
-/// Until when the store settles, the floor of a row taken now, and the store's clock.
-const SETTLES_SQL: &str = "SELECT s.settles_at_ms, s.floor_ms, s.now_ms \
+/// Until when the store settles, the floor of a row taken now, the store's clock, and how far
+/// ahead of it a holder's clock may run.
+const SETTLES_SQL: &str = "SELECT s.settles_at_ms, s.floor_ms, s.now_ms, s.max_clock_lead_ms \
      FROM cosid.cosid_machine_settles_at($1::pg_catalog.int8) s";
 
-/// The same check inside a claim's write: nothing is written while the store settles.
-macro_rules! settled {
-    ($param:literal) => {
+/// The store's check inside a write, given the parameters of the safe guard, the watermark and
+/// whether the holder still generates: nothing is written from a clock further ahead of the
+/// store's than it allows (the floor of a settling counts on that bound), nor while the store
+/// settles, unless the holder still generates under renewals the store acknowledged (nobody
+/// could take its row meanwhile), as `cosid.lease_renew()` decides for cosid's own leases.
+macro_rules! store_allows {
+    ($safe_guard:literal, $watermark:literal, $live:literal) => {
         concat!(
-            "NOT EXISTS (SELECT FROM cosid.cosid_machine_settles_at(",
-            $param,
-            "::pg_catalog.int8) s WHERE s.settles_at_ms > s.now_ms)"
+            "EXISTS (SELECT FROM cosid.cosid_machine_settles_at(",
+            $safe_guard,
+            "::pg_catalog.int8) s WHERE ",
+            $watermark,
+            "::pg_catalog.int8 - ",
+            $safe_guard,
+            "::pg_catalog.int8 - s.now_ms <= s.max_clock_lead_ms AND (",
+            $live,
+            "::pg_catalog.bool OR s.settles_at_ms <= s.now_ms))"
         )
     };
 }
@@ -85,10 +96,13 @@ const OWN_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_ca
      FROM public.cosid_machine WHERE namespace = $1::pg_catalog.text \
      AND instance_id = $2::pg_catalog.text AND last_timestamp > $3::pg_catalog.int8";
 
-const GUARD_SQL: &str = "UPDATE public.cosid_machine SET last_timestamp = $1::pg_catalog.int8 \
+const GUARD_SQL: &str = concat!(
+    "UPDATE public.cosid_machine SET last_timestamp = $1::pg_catalog.int8 \
      WHERE namespace = $2::pg_catalog.text AND instance_id = $3::pg_catalog.text \
-     AND machine_id = $4::pg_catalog.int4 \
-     RETURNING machine_id::pg_catalog.int4";
+     AND machine_id = $4::pg_catalog.int4 AND ",
+    store_allows!("$5", "$1", "$6"),
+    " RETURNING machine_id::pg_catalog.int4"
+);
 
 const FREE_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_catalog.int8, \
      instance_id::pg_catalog.text FROM public.cosid_machine \
@@ -101,7 +115,7 @@ const TAKE_SQL: &str = concat!(
      distribute_time = $3::pg_catalog.int8 WHERE name = $4::pg_catalog.text \
      AND (instance_id = '' OR last_timestamp <= $5::pg_catalog.int8) \
      AND instance_id = $6::pg_catalog.text AND last_timestamp = $7::pg_catalog.int8 AND ",
-    settled!("$8"),
+    store_allows!("$8", "$2", "false"),
     " RETURNING machine_id::pg_catalog.int4"
 );
 
@@ -113,7 +127,7 @@ const INSERT_SQL: &str = concat!(
      last_timestamp, instance_id, distribute_time, revert_time) \
      SELECT $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4, \
      $4::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.int8, 0 WHERE ",
-    settled!("$7"),
+    store_allows!("$7", "$4", "false"),
     " ON CONFLICT (name) DO NOTHING \
      RETURNING machine_id::pg_catalog.int4"
 );
@@ -173,14 +187,18 @@ impl<T: SqlTransport> CosidJdbc<T> {
         })
     }
 
-    /// The row this claim holds already (its answer was lost): renewed, as CosId does.
+    /// The row this claim holds already (its answer was lost): renewed, as CosId does. It has
+    /// not expired by this clock, so nobody took it in a history the store may have forgotten:
+    /// it is renewed while the store settles too.
     fn own(
         &mut self,
         holder: &Holder,
         held_by: &str,
-        safe_guard_at: i64,
+        safe_guard_ms: u64,
+        now_ms: i64,
         watermark_ms: i64,
     ) -> Result<Option<(u32, i64)>, StoreError> {
+        let safe_guard_at = safe_guard_at(now_ms, safe_guard_ms);
         let rows = self.rows(
             OWN_SQL,
             vec![
@@ -202,6 +220,8 @@ impl<T: SqlTransport> CosidJdbc<T> {
                 Param::Text(holder.namespace.clone()),
                 Param::Text(held_by.to_string()),
                 Param::Int(machine_id as i32),
+                Param::BigInt(bounded_ms(safe_guard_ms)),
+                Param::Bool(true),
             ],
             &[Kind::Int],
         )?;
@@ -241,14 +261,20 @@ impl<T: SqlTransport> CosidJdbc<T> {
     }
 
     /// What cosid's lease store beside the table says of a released, new or expired row taken
-    /// now: `Err(Settling)` while the store may have forgotten claims, else the floor its ids
-    /// must stay above (0: none). A floor ahead of this claimer's clock settles for it too:
-    /// every row taken now would be given back, and the next claim take another.
-    fn settled(&mut self, safe_guard_ms: u64, now_ms: i64) -> Result<Settled, StoreError> {
+    /// now with this watermark: not while this claimer's clock runs further ahead of the
+    /// store's than it allows, nor while the store may have forgotten claims; else the floor
+    /// its ids must stay above (0: none). A floor ahead of this claimer's clock settles for it
+    /// too: every row taken now would be given back, and the next claim take another.
+    fn settled(
+        &mut self,
+        safe_guard_ms: u64,
+        watermark_ms: i64,
+        now_ms: i64,
+    ) -> Result<Settled, StoreError> {
         let rows = self.rows(
             SETTLES_SQL,
             vec![Param::BigInt(bounded_ms(safe_guard_ms))],
-            &[Kind::BigInt, Kind::BigInt, Kind::BigInt],
+            &[Kind::BigInt, Kind::BigInt, Kind::BigInt, Kind::BigInt],
         )?;
         let [row] = rows.as_slice() else {
             return Err(store_identity_malformed("no settling answer"));
@@ -260,12 +286,21 @@ impl<T: SqlTransport> CosidJdbc<T> {
                     bigint(value, what).map_err(|why| store_identity_malformed(why.what()))
                 })
         };
-        let (settles_at_ms, floor_ms, store_now_ms) = (
+        let (settles_at_ms, floor_ms, store_now_ms, allowed_lead_ms) = (
             number(0, "settles_at_ms")?,
             number(1, "floor_ms")?,
             number(2, "now_ms")?,
+            number(3, "max_clock_lead_ms")?,
         );
-        Ok(if settles_at_ms > store_now_ms {
+        let lead_ms = watermark_ms
+            .saturating_sub(bounded_ms(safe_guard_ms))
+            .saturating_sub(store_now_ms);
+        Ok(if lead_ms > allowed_lead_ms {
+            Settled::ClockAhead {
+                allowed_ms: allowed_lead_ms,
+                store_now_ms,
+            }
+        } else if settles_at_ms > store_now_ms {
             Settled::Not { settles_at_ms }
         } else if floor_ms > now_ms {
             Settled::Not {
@@ -362,6 +397,8 @@ fn max_machine_id(machine_bits: u32) -> u64 {
 
 /// What the store's settling leaves a claim of a row that is not its own.
 enum Settled {
+    /// This claimer's clock runs further ahead of the store's than it allows.
+    ClockAhead { allowed_ms: i64, store_now_ms: i64 },
     /// The store may have forgotten claims until `settles_at_ms`, by its clock.
     Not { settles_at_ms: i64 },
     /// Settled: ids of a row taken now stay above this floor (0: none).
@@ -447,13 +484,22 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
             store_now_ms: now_ms,
         };
         if let Some((machine_id, last_timestamp)) =
-            self.own(holder, &held_by, safe_guard_at, watermark_ms)?
+            self.own(holder, &held_by, safe_guard_ms, now_ms, watermark_ms)?
         {
             return Ok(claimed(machine_id, ClaimedHow::Own, last_timestamp));
         }
-        let floor_ms = match self.settled(safe_guard_ms, now_ms)? {
+        let floor_ms = match self.settled(safe_guard_ms, watermark_ms, now_ms)? {
             Settled::Above(floor_ms) => floor_ms,
             Settled::Not { settles_at_ms } => return Ok(ClaimOutcome::Settling { settles_at_ms }),
+            Settled::ClockAhead {
+                allowed_ms,
+                store_now_ms,
+            } => {
+                return Ok(ClaimOutcome::ClockAhead {
+                    allowed_ms,
+                    store_now_ms,
+                })
+            }
         };
         let free = self.free_rows(holder, safe_guard_at)?;
         for row in &free {
@@ -483,7 +529,8 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
         }
     }
 
-    /// CosId's guard, writing the watermark: `None` when the row is no longer this claim's.
+    /// CosId's guard, writing the watermark: `None` when the row is no longer this claim's, or
+    /// when cosid's lease store beside the table refuses it (see [`store_allows`]).
     fn renew(
         &mut self,
         holder: &Holder,
@@ -491,7 +538,7 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
         token: u64,
         safe_guard_ms: u64,
         watermark_ms: i64,
-        _live_until_ms: u64,
+        live_until_ms: u64,
     ) -> Result<Option<Renewed>, StoreError> {
         let now_ms = (self.now_ms)();
         let rows = self.rows(
@@ -501,6 +548,8 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
                 Param::Text(holder.namespace.clone()),
                 Param::Text(holder_text(&holder.instance_id, token)),
                 Param::Int(machine_id as i32),
+                Param::BigInt(bounded_ms(safe_guard_ms)),
+                Param::LiveBefore(live_until_ms),
             ],
             &[Kind::Int],
         )?;
@@ -601,11 +650,13 @@ mod tests {
         settling(0, 0, NOW_MS)
     }
 
+    /// The store's answer, with its default clock lead of 1 s.
     fn settling(settles_at_ms: i64, floor_ms: i64, store_now_ms: i64) -> Answer {
         Ok(vec![vec![
             Value::BigInt(settles_at_ms),
             Value::BigInt(floor_ms),
             Value::BigInt(store_now_ms),
+            Value::BigInt(1_000),
         ]])
     }
 
@@ -673,7 +724,8 @@ mod tests {
             Param::BigInt(4_000),
             "checked again with the safe guard"
         );
-        // The own row is renewed and kept, with its last timestamp to wait past.
+        // The own row is renewed and kept, with its last timestamp to wait past; it has not
+        // expired, so a settling store renews it too.
         let mut own = store(vec![
             Ok(vec![vec![Value::Int(2), Value::BigInt(NOW_MS + 9)]]),
             returned(2),
@@ -688,6 +740,7 @@ mod tests {
             Param::BigInt(NOW_MS - 4_000),
             "expiry by this clock"
         );
+        assert_eq!(own.transport.sent[1].params[5], Param::Bool(true));
     }
 
     #[test]
@@ -751,9 +804,19 @@ mod tests {
     fn renewals_and_releases_are_this_claims_only() {
         let mut store = store(vec![returned(2), Ok(vec![]), returned(2)]);
         let renewed = store
-            .renew(&holder(10), 2, 0xab, 4_000, NOW_MS + 4_000, 0)
+            .renew(&holder(10), 2, 0xab, 4_000, NOW_MS + 4_000, 77_000)
             .unwrap();
         assert_eq!(renewed.map(|r| r.store_now_ms), Some(NOW_MS));
+        // The store decides, as the renewal runs, whether it comes from too far ahead or while
+        // it settles from a holder that no longer generates.
+        let guard = &store.transport.sent[0];
+        assert_eq!(guard.sql, GUARD_SQL);
+        assert_eq!(guard.params[4], Param::BigInt(4_000));
+        assert_eq!(guard.params[5], Param::LiveBefore(77_000));
+        assert!(GUARD_SQL.contains(
+            "$1::pg_catalog.int8 - $5::pg_catalog.int8 - s.now_ms <= s.max_clock_lead_ms \
+             AND ($6::pg_catalog.bool OR s.settles_at_ms <= s.now_ms)"
+        ));
         assert_eq!(
             store
                 .renew(&holder(10), 2, 0xab, 4_000, NOW_MS + 4_000, 0)
@@ -855,6 +918,31 @@ mod tests {
             ClaimOutcome::Claimed { how: ClaimedHow::Released, previous_watermark_ms, .. }
                 if previous_watermark_ms == NOW_MS - 1_000
         ));
+        // A claimer whose clock runs further ahead of the store's than it allows takes nothing.
+        let mut ahead = store(vec![Ok(vec![]), settling(0, 0, NOW_MS - 1_001)]);
+        assert_eq!(
+            claim(&mut ahead, 10),
+            ClaimOutcome::ClockAhead {
+                allowed_ms: 1_000,
+                store_now_ms: NOW_MS - 1_001
+            }
+        );
+        assert_eq!(ahead.transport.sent.len(), 2);
+        let mut within = store(vec![
+            Ok(vec![]),
+            settling(0, 0, NOW_MS - 1_000),
+            free(&[(1, NOW_MS - 5_000, "")]),
+            returned(1),
+        ]);
+        assert!(matches!(
+            claim(&mut within, 10),
+            ClaimOutcome::Claimed { machine_id: 1, .. }
+        ));
+        // The writes check both again, for a holder that does not generate yet.
+        for sql in [TAKE_SQL, INSERT_SQL] {
+            assert!(sql.contains("::pg_catalog.int8 - s.now_ms <= s.max_clock_lead_ms"));
+            assert!(sql.contains("(false::pg_catalog.bool OR s.settles_at_ms <= s.now_ms)"));
+        }
         // An answer that is not the store's is an error, never a claim.
         let mut odd = store(vec![Ok(vec![]), Ok(vec![vec![Value::Null]])]);
         assert!(odd.claim(&holder(10), 4_000, 0xab, NOW_MS).is_err());

@@ -37,7 +37,7 @@
 
 use crate::cosid_jdbc::holder_text;
 use crate::protocol::{
-    ClaimOutcome, ClaimedHow, Holder, LeaseStore, Readiness, Renewed, StoreError,
+    ClaimOutcome, ClaimedHow, Holder, LeaseStore, Param, Readiness, Renewed, StoreError,
 };
 use std::time::Duration;
 
@@ -47,13 +47,26 @@ pub trait ScriptTransport {
     fn set_timeout(&mut self, timeout: Duration);
     /// Whether the server answers and takes writes.
     fn ping(&mut self) -> Result<(), StoreError>;
-    /// Runs `script` with one key, `key`, and `args`; its answer, an integer or a list of them.
+    /// Runs `script` with one key, `key`, and `args` (each as [`script_arg`] writes it); its
+    /// answer, an integer or a list of them.
     fn eval(
         &mut self,
         script: &'static str,
         key: &str,
-        args: &[String],
+        args: &[Param],
     ) -> Result<Vec<i64>, StoreError>;
+}
+
+/// An argument of a script as Redis takes it, a string; whether a holder still generates
+/// ([`Param::LiveBefore`]) is decided by `live` as the call is sent, "1" or "0".
+pub fn script_arg(param: &Param, live: impl Fn(u64) -> bool) -> String {
+    match param {
+        Param::Text(text) => text.clone(),
+        Param::Int(number) => number.to_string(),
+        Param::BigInt(number) => number.to_string(),
+        Param::Bool(flag) => u8::from(*flag).to_string(),
+        Param::LiveBefore(deadline_ms) => u8::from(live(*deadline_ms)).to_string(),
+    }
 }
 
 /// The Lua functions every script shares: the keys, and an entry's text.
@@ -78,16 +91,55 @@ end
 local function keep_floor(holder, stamp, settles_at)
     redis.call('hset', floors, holder, string.format('%d|%d', stamp, settles_at))
 end
+-- The Redis server's clock, Unix ms.
+local function clock_now()
+    local time = redis.call('time')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+-- Until when this server may have forgotten claims (Redis's clock, Unix ms; nil when it does
+-- not say its run id): it started (without its data, perhaps), or took another replication
+-- history (a promoted replica) since cosid last looked. Its run id, replication id, when the
+-- change was first seen and the longest safe guard a claimer gave (at most a day) are kept in
+-- cosid's own hash; a change settles for that safe guard, as cosid's own store does, and for
+-- the lead a forgotten holder's clock may have had, so that ids issued after it are above
+-- every id such a holder issued.
+local function store_settles_at(now, safe_guard, lead)
+    local server = redis.call('info', 'server')
+    local run_id = string.match(server, 'run_id:(%x+)')
+    if not run_id then
+        return nil
+    end
+    -- Uptime is in whole seconds: the start this gives is the latest it can have been.
+    local started = now - (tonumber(string.match(server, 'uptime_in_seconds:(%d+)')) or 0) * 1000
+    local replid = string.match(redis.call('info', 'replication'), 'master_replid:(%x+)') or ''
+    local seen = redis.call('hmget', store, 'run_id', 'replid', 'changed', 'safe_guard')
+    local changed = tonumber(seen[3])
+    if not changed then
+        -- No record: its data may have been lost when it started.
+        changed = started
+    elseif seen[2] ~= replid then
+        changed = now
+    elseif seen[1] ~= run_id then
+        changed = math.max(changed, started)
+    end
+    local longest = math.min(math.max(tonumber(seen[4]) or 0, safe_guard), 86400000)
+    redis.call('hset', store, 'run_id', run_id, 'replid', replid,
+        'changed', string.format('%d', changed), 'safe_guard', string.format('%d', longest))
+    return changed + longest + lead
+end
+local no_run_id = 'COSID the Redis server of cosid.lease_store does not say its run id ' ..
+    '(INFO server): cosid cannot tell when it restarted and may have forgotten claims'
 "#
     };
 }
 
 /// ARGV: holder, the largest machine id, safeGuardAt, the watermark, the safe guard, the lead a
-/// forgotten holder's clock may have had (counted into the settling). Answers the
-/// machine id, the previous stamp, how (0 own, 1 released, 2 new, 3 expired), when the server's
-/// settling ended (for the own entry, the one it was claimed after; 0 when unknown) and its
-/// clock now (Redis's clock, Unix ms); `{-1, -1, -1}` when none is left; `{-2, settles_at,
-/// now}` while the server settles.
+/// holder's clock may have on the Redis server's (counted into the settling, and refused
+/// beyond). Answers the machine id, the previous stamp, how (0 own, 1 released, 2 new, 3
+/// expired), when the server's settling ended (for the own entry, the one it was claimed
+/// after; 0 when unknown) and its clock now (Redis's clock, Unix ms); `{-1, -1, -1}` when none
+/// is left; `{-2, settles_at, now}` while the server settles; `{-3, lead, now}` when the
+/// claimer's clock runs further ahead than the lead.
 pub const CLAIM_LUA: &str = concat!(
     lua_prelude!(),
     r#"
@@ -97,48 +149,44 @@ local safe_guard_at = tonumber(ARGV[3])
 local watermark = tonumber(ARGV[4])
 local safe_guard = tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
-local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = clock_now()
+-- The settling's floor counts on this bound (the watermark is the claimer's clock plus its
+-- safe guard).
+if watermark - safe_guard - now > lead then
+    return {-3, lead, now}
+end
 
+-- The claim's own entry (its answer was lost) while it has not expired: nobody took it in a
+-- history the server may have forgotten, so it is kept while the server settles too.
 local own = redis.call('hget', held, holder)
+local own_machine_id, own_stamp
 if own then
-    local machine_id, stamp = parse(own)
-    if machine_id and stamp then
-        hold(holder, machine_id, math.max(stamp, watermark))
+    own_machine_id, own_stamp = parse(own)
+    if own_machine_id and own_stamp and own_stamp > safe_guard_at then
+        hold(holder, own_machine_id, math.max(own_stamp, watermark))
         -- The stamp is this claim's own watermark: the floor it found is kept apart, with the
         -- end of the settling it claimed after.
         local floor, settled_at = parse(redis.call('hget', floors, holder) or '')
-        return {machine_id, floor or stamp, 0, settled_at or 0, now}
+        return {own_machine_id, floor or own_stamp, 0, settled_at or 0, now}
     end
 end
 
--- Whether this server may have forgotten claims: it started (without its data, perhaps), or
--- took another replication history (a promoted replica) since cosid last looked. Its run id,
--- replication id, when the change was first seen and the longest safe guard a claimer gave are
--- kept in cosid's own hash; a change settles for that safe guard, as cosid's own store does,
--- and for the lead a forgotten holder's clock may have had, so that ids issued after it are
--- above every id such a holder issued.
-local server = redis.call('info', 'server')
-local run_id = string.match(server, 'run_id:(%x+)') or ''
--- Uptime is in whole seconds: the start this gives is the latest it can have been.
-local started = now - (tonumber(string.match(server, 'uptime_in_seconds:(%d+)')) or 0) * 1000
-local replid = string.match(redis.call('info', 'replication'), 'master_replid:(%x+)') or ''
-local seen = redis.call('hmget', store, 'run_id', 'replid', 'changed', 'safe_guard')
-local changed = tonumber(seen[3])
-if not changed then
-    -- No record: its data may have been lost when it started.
-    changed = started
-elseif seen[2] ~= replid then
-    changed = now
-elseif seen[1] ~= run_id then
-    changed = math.max(changed, started)
+local settles_at = store_settles_at(now, safe_guard, lead)
+if not settles_at then
+    return redis.error_reply(no_run_id)
 end
-local longest = math.max(tonumber(seen[4]) or 0, safe_guard)
-redis.call('hset', store, 'run_id', run_id, 'replid', replid, 'changed', changed,
-    'safe_guard', longest)
-local settles_at = changed + longest + lead
 if settles_at > now then
     return {-2, settles_at, now}
+end
+
+-- An own entry that expired is released (its claim issued no id: its answer never came), and
+-- the claim goes on as any other.
+if own_machine_id and own_stamp then
+    redis.call('hdel', held, holder)
+    redis.call('hdel', floors, holder)
+    local kept = tonumber(redis.call('hget', released, own_machine_id)) or 0
+    redis.call('hset', released, string.format('%d', own_machine_id),
+        string.format('%d', math.max(kept, own_stamp)))
 end
 
 local entries = redis.call('hgetall', held)
@@ -195,10 +243,27 @@ return {-1, -1, -1}
 "#
 );
 
-/// ARGV: holder, machine id, watermark. Answers 1 when the entry was still this claim's.
+/// ARGV: holder, machine id, watermark, safe guard, the lead a holder's clock may have, whether
+/// the holder still generates ("1" or "0"). Answers 1 when the entry was still this claim's and
+/// is renewed: not from a clock further ahead than the lead, and while the server settles, only
+/// for a holder that still generates (one that stopped may have been followed by one the server
+/// forgot), as `cosid.lease_renew()` decides for cosid's own leases.
 pub const RENEW_LUA: &str = concat!(
     lua_prelude!(),
     r#"
+local now = clock_now()
+local safe_guard = tonumber(ARGV[4])
+local lead = tonumber(ARGV[5])
+if tonumber(ARGV[3]) - safe_guard - now > lead then
+    return 0
+end
+local settles_at = store_settles_at(now, safe_guard, lead)
+if not settles_at then
+    return redis.error_reply(no_run_id)
+end
+if settles_at > now and ARGV[6] ~= '1' then
+    return 0
+end
 local entry = redis.call('hget', held, ARGV[1])
 if not entry then
     return 0
@@ -234,10 +299,15 @@ return 1
 "#
 );
 
-/// How far ahead of a claimer's clock a holder's clock may have run, counted into the settling
-/// after a change of the Redis server, whose end is the floor of a claim made then: the default
-/// of cosid's own store (`cosid.store_settings.max_clock_lead`).
-pub const FORGOTTEN_HOLDER_LEAD_MS: i64 = 1_000;
+/// How far ahead of the Redis server's clock a holder's clock may run: counted into the
+/// settling after a change of the server, whose end is the floor of a claim made then, and
+/// refused beyond (a claim answers that the clock is ahead, a renewal is lost). The default of
+/// cosid's own store (`cosid.store_settings.max_clock_lead`).
+pub const MAX_CLOCK_LEAD_MS: i64 = 1_000;
+
+/// The longest safe guard a Redis server settles for, as cosid's own store (a day; the longest
+/// `cosid.safe_guard_duration`).
+pub const LONGEST_SAFE_GUARD_MS: u64 = 86_400_000;
 
 /// The key CosId passes its scripts: the namespace as a Redis Cluster hash tag.
 pub fn hash_tag(namespace: &str) -> String {
@@ -249,6 +319,11 @@ pub struct CosidRedis<T> {
     pub transport: T,
     /// The wall clock, Unix ms.
     pub now_ms: fn() -> i64,
+}
+
+/// A safe guard as the scripts take it: 1 ms to a day.
+fn bounded_safe_guard(safe_guard_ms: u64) -> i64 {
+    safe_guard_ms.clamp(1, LONGEST_SAFE_GUARD_MS) as i64
 }
 
 fn malformed(script: &str, answer: &[i64]) -> StoreError {
@@ -263,7 +338,7 @@ impl<T: ScriptTransport> CosidRedis<T> {
         script: &'static str,
         name: &str,
         key: &str,
-        args: &[String],
+        args: &[Param],
     ) -> Result<bool, StoreError> {
         match self.transport.eval(script, key, args)?.as_slice() {
             [0] => Ok(false),
@@ -303,12 +378,12 @@ impl<T: ScriptTransport> LeaseStore for CosidRedis<T> {
             .max(0);
         let max_machine_id = (1u64 << holder.machine_bits) - 1;
         let args = [
-            holder_text(&holder.instance_id, token),
-            max_machine_id.to_string(),
-            safe_guard_at.to_string(),
-            watermark_ms.to_string(),
-            safe_guard_ms.clamp(1, i64::MAX as u64).to_string(),
-            FORGOTTEN_HOLDER_LEAD_MS.to_string(),
+            Param::Text(holder_text(&holder.instance_id, token)),
+            Param::BigInt(max_machine_id as i64),
+            Param::BigInt(safe_guard_at),
+            Param::BigInt(watermark_ms),
+            Param::BigInt(bounded_safe_guard(safe_guard_ms)),
+            Param::BigInt(MAX_CLOCK_LEAD_MS),
         ];
         let answer = self
             .transport
@@ -319,9 +394,11 @@ impl<T: ScriptTransport> LeaseStore for CosidRedis<T> {
         };
         let (how, settled_at_ms, redis_now_ms) = match *answer.as_slice() {
             [-1, -1, -1] => return Ok(ClaimOutcome::Exhausted),
-            [-2, settles_at_ms, redis_now_ms] => {
-                return Ok(ClaimOutcome::Settling {
-                    settles_at_ms: here(settles_at_ms, redis_now_ms),
+            [-2, settles_at_ms, _] => return Ok(ClaimOutcome::Settling { settles_at_ms }),
+            [-3, allowed_ms, redis_now_ms] => {
+                return Ok(ClaimOutcome::ClockAhead {
+                    allowed_ms,
+                    store_now_ms: redis_now_ms,
                 })
             }
             [_, _, how, settled_at_ms, redis_now_ms] if settled_at_ms >= 0 => {
@@ -341,9 +418,11 @@ impl<T: ScriptTransport> LeaseStore for CosidRedis<T> {
             return Err(malformed("claim", &answer));
         }
         // A holder the server forgot issued ids until its deadline, by its own clock: up to the
-        // end of the settling, which counts the lead its clock may have had on this one.
+        // end of the settling, which counts the lead its clock may have had on the server's
+        // (and it may have no more). Where this claimer's clock runs ahead of the server's, the
+        // same moment on its clock is later: the floor is the later of the two.
         let settling_floor_ms = if settled_at_ms > 0 {
-            here(settled_at_ms, redis_now_ms)
+            settled_at_ms.max(here(settled_at_ms, redis_now_ms))
         } else {
             0
         };
@@ -364,13 +443,16 @@ impl<T: ScriptTransport> LeaseStore for CosidRedis<T> {
         token: u64,
         safe_guard_ms: u64,
         watermark_ms: i64,
-        _live_until_ms: u64,
+        live_until_ms: u64,
     ) -> Result<Option<Renewed>, StoreError> {
         let now_ms = (self.now_ms)();
         let args = [
-            holder_text(&holder.instance_id, token),
-            machine_id.to_string(),
-            watermark_ms.to_string(),
+            Param::Text(holder_text(&holder.instance_id, token)),
+            Param::Int(machine_id as i32),
+            Param::BigInt(watermark_ms),
+            Param::BigInt(bounded_safe_guard(safe_guard_ms)),
+            Param::BigInt(MAX_CLOCK_LEAD_MS),
+            Param::LiveBefore(live_until_ms),
         ];
         let renewed = self.one(RENEW_LUA, "renewal", &hash_tag(&holder.namespace), &args)?;
         Ok(renewed.then_some(Renewed {
@@ -389,9 +471,9 @@ impl<T: ScriptTransport> LeaseStore for CosidRedis<T> {
         watermark_ms: i64,
     ) -> Result<bool, StoreError> {
         let args = [
-            holder_text(&holder.instance_id, token),
-            machine_id.to_string(),
-            watermark_ms.saturating_add(1).to_string(),
+            Param::Text(holder_text(&holder.instance_id, token)),
+            Param::Int(machine_id as i32),
+            Param::BigInt(watermark_ms.saturating_add(1)),
         ];
         self.one(RELEASE_LUA, "release", &hash_tag(&holder.namespace), &args)
     }
@@ -413,13 +495,18 @@ mod tests {
         fn ping(&mut self) -> Result<(), StoreError> {
             Err(StoreError::ReadOnly)
         }
+        /// Whether a holder still generates is decided here against a deadline of 1000.
         fn eval(
             &mut self,
             script: &'static str,
             key: &str,
-            args: &[String],
+            args: &[Param],
         ) -> Result<Vec<i64>, StoreError> {
-            self.sent.push((script, key.to_string(), args.to_vec()));
+            let args = args
+                .iter()
+                .map(|arg| script_arg(arg, |deadline_ms| deadline_ms > 1_000))
+                .collect();
+            self.sent.push((script, key.to_string(), args));
             self.answers.pop_front().unwrap_or(Ok(Vec::new()))
         }
     }
@@ -472,7 +559,7 @@ mod tests {
                 (NOW_MS - 4_000).to_string(),
                 (NOW_MS + 4_000).to_string(),
                 "4000".into(),
-                FORGOTTEN_HOLDER_LEAD_MS.to_string()
+                MAX_CLOCK_LEAD_MS.to_string()
             ]
         );
         assert_eq!(
@@ -517,13 +604,14 @@ mod tests {
         assert_eq!(
             store.claim(&holder(10), 4_000, 0xab, NOW_MS).unwrap(),
             ClaimOutcome::Settling {
-                settles_at_ms: NOW_MS + 3_000
+                settles_at_ms: redis_now + 3_000
             },
-            "until when, on this claimer's clock"
+            "until when, on the server's clock"
         );
         // Settled 100 ms ago: the ids stay above the settling's end (which counts the lead a
-        // forgotten holder's clock may have had), not only above the released stamp. A claim
-        // whose answer was lost finds the same floor again.
+        // forgotten holder's clock may have had), not only above the released stamp; this
+        // claimer's clock being ahead of the server's, above the same moment on its clock. A
+        // claim whose answer was lost finds the same floor again.
         for how in [ClaimedHow::Released, ClaimedHow::Own] {
             assert!(matches!(
                 store.claim(&holder(10), 4_000, 0xab, NOW_MS).unwrap(),
@@ -535,12 +623,54 @@ mod tests {
     }
 
     #[test]
+    fn a_claimer_far_ahead_or_behind_the_server_is_answered_on_the_servers_clock() {
+        // Refused from too far ahead: the lead is the server's answer.
+        let mut store = store(vec![
+            Ok(vec![-3, MAX_CLOCK_LEAD_MS, NOW_MS - 1_500]),
+            Ok(vec![2, 0, 2, NOW_MS + 60_000, NOW_MS + 61_000]),
+        ]);
+        assert_eq!(
+            store
+                .claim(&holder(10), 4_000, 0xab, NOW_MS + 4_000)
+                .unwrap(),
+            ClaimOutcome::ClockAhead {
+                allowed_ms: MAX_CLOCK_LEAD_MS,
+                store_now_ms: NOW_MS - 1_500
+            }
+        );
+        // A server a minute ahead settled a second ago: the floor is its own time of that.
+        assert!(matches!(
+            store.claim(&holder(10), 4_000, 0xab, NOW_MS + 4_000).unwrap(),
+            ClaimOutcome::Claimed { how: ClaimedHow::New, previous_watermark_ms, .. }
+                if previous_watermark_ms == NOW_MS + 60_000
+        ));
+        // A safe guard is passed as the server settles for it: a day at most.
+        store
+            .claim(&holder(10), u64::MAX, 0xab, NOW_MS + 4_000)
+            .unwrap_err();
+        assert_eq!(store.transport.sent[2].2[4], "86400000");
+    }
+
+    #[test]
     fn renewals_and_releases_check_the_machine_id_and_release_past_the_last_id() {
         let mut store = store(vec![Ok(vec![1]), Ok(vec![0]), Ok(vec![1])]);
-        let renewed = store.renew(&holder(10), 3, 0xab, 4_000, NOW_MS + 4_000, 0);
+        let renewed = store.renew(&holder(10), 3, 0xab, 4_000, NOW_MS + 4_000, 5_000);
         assert_eq!(
             renewed.unwrap().map(|r| r.expires_at_ms),
             Some(NOW_MS + 4_000)
+        );
+        // The server decides on the lead and the settling: it is given both, and whether the
+        // holder still generates, decided as the call is sent.
+        assert_eq!(
+            store.transport.sent[0].2,
+            [
+                "cosid-00000000000000ab@db1:5432:77",
+                "3",
+                &(NOW_MS + 4_000).to_string(),
+                "4000",
+                &MAX_CLOCK_LEAD_MS.to_string(),
+                "1"
+            ]
         );
         assert_eq!(
             store
@@ -548,6 +678,7 @@ mod tests {
                 .unwrap(),
             None
         );
+        assert_eq!(store.transport.sent[1].2[5], "0", "a holder that stopped");
         assert!(store.release(&holder(10), 3, 0xab, NOW_MS - 3).unwrap());
         let (script, _, args) = &store.transport.sent[2];
         assert_eq!(*script, RELEASE_LUA);

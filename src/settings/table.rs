@@ -152,8 +152,9 @@ pub(super) static SETTINGS: [Setting; 21] = [
                 a namespace.",
         kind: Kind::Int {
             value: &SAFE_GUARD_DURATION,
+            // A day: what the lease stores accept, and what they settle for after forgetting.
             min: 1,
-            max: i32::MAX,
+            max: 86_400_000,
         },
         context: Context::Reload,
         flags: GucFlags::UNIT_MS,

@@ -3,8 +3,8 @@
 //! bounded by a connect, read and write timeout; after a failed call the connection is dropped
 //! and made again on the next one. The password of the URL never appears in a message.
 
-use cosid_core::cosid_redis::ScriptTransport;
-use cosid_core::protocol::StoreError;
+use cosid_core::cosid_redis::{script_arg, ScriptTransport};
+use cosid_core::protocol::{live_before, Param, StoreError};
 use std::time::Duration;
 
 /// Checks a Redis URL without connecting, for the check at server start.
@@ -102,10 +102,23 @@ impl ScriptTransport for RedisStore {
         &mut self,
         script: &'static str,
         key: &str,
-        args: &[String],
+        args: &[Param],
     ) -> Result<Vec<i64>, StoreError> {
+        // Connected first: whether a holder still generates is decided as the call is sent, to
+        // end within its timeout.
+        self.connection()?;
+        let now_ms = crate::host::boottime_ms();
+        let round_trip_ms = self.timeout.as_millis() as u64;
+        let args: Vec<String> = args
+            .iter()
+            .map(|arg| {
+                script_arg(arg, |deadline_ms| {
+                    live_before(deadline_ms, now_ms, round_trip_ms)
+                })
+            })
+            .collect();
         let mut command = redis::cmd("EVAL");
-        command.arg(script).arg(1).arg(key).arg(args);
+        command.arg(script).arg(1).arg(key).arg(&args);
         let answer = self.query(&command)?;
         let integer = |value: &redis::Value| match value {
             redis::Value::Int(n) => Some(*n),

@@ -17,7 +17,7 @@ from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
 from helpers.pgcluster import ROOT, Cluster, SqlError, free_port, wait_for
 from helpers.redis_server import RedisServer
 from helpers.shared_namespace import (assert_unique, generate, ids_of, holder_pattern,
-                                      named_generator_beside, status, store_ids,
+                                      named_generator_beside, refuses, status, store_ids,
                                       wait_state)
 
 REDIS = {**FAST_LEASES, "cosid.distributor": "'cosid_redis'"}
@@ -72,6 +72,16 @@ class CosidRedis(unittest.TestCase):
         flat = self.redis.call("HGETALL", f"cosid:{{{namespace}}}:itc_idx")
         return {flat[i]: tuple(int(part) for part in flat[i + 1].split("|"))
                 for i in range(0, len(flat), 2)}
+
+    def settled_since(self, namespace, changed_ms, server=None):
+        """cosid's record of a Redis server (its run id and replication id now), as a claim
+        leaves it, saying the server last changed at changed_ms, with this suite's safe guard."""
+        server = server or self.redis
+        run_id = re.search(r"run_id:(\w+)", server.call("INFO", "server")).group(1)
+        replid = re.search(r"master_replid:(\w+)",
+                           server.call("INFO", "replication")).group(1)
+        server.call("HSET", f"cosid:{{{namespace}}}:cosid_store", "run_id", run_id,
+                    "replid", replid, "changed", changed_ms, "safe_guard", SAFE_GUARD_MS)
 
     def cosid_entry(self, namespace="cosid"):
         [(machine_id, stamp)] = [state for holder, state in self.entries(namespace).items()
@@ -374,14 +384,13 @@ class CosidRedis(unittest.TestCase):
         server give the machine id back). The first renewal forgets the floor."""
         scripts, key = cosid_scripts(), "{lost}"
         floors = "cosid:{lost}:cosid_claim_floor"
-        # A safe guard of 1 ms and no lead, on a server up for a second: settled.
-        wait_for(lambda: "uptime_in_seconds:0" not in self.redis.call("INFO", "server"), 10,
-                 "redis-server to be up for a second")
+        # Settled long ago, by cosid's record of the server.
+        self.settled_since("lost", 1)
         now = now_ms()
         released_stamp, watermark = now - 10, now + SAFE_GUARD_MS - 500
         self.redis.call("HSET", "cosid:{lost}:revert", 0, released_stamp)
         holder = "cosid-00000000000000ab@db1:5432:1"
-        claim = (holder, 1023, now - SAFE_GUARD_MS, watermark, 1, 0)
+        claim = (holder, 1023, now - SAFE_GUARD_MS, watermark, SAFE_GUARD_MS, 1000)
         first = self.redis.call("EVAL", scripts["claim"], 1, key, *claim)
         self.assertEqual(first[:3], [0, released_stamp, 1])
         again = self.redis.call("EVAL", scripts["claim"], 1, key, *claim)
@@ -389,14 +398,113 @@ class CosidRedis(unittest.TestCase):
                          "the floor found and the settling, not the watermark written")
         self.assertEqual(self.entries("lost")[holder], (0, watermark))
         self.assertEqual(self.redis.call("EVAL", scripts["renew"], 1, key, holder, 0,
-                                         watermark + 500), 1)
+                                         watermark + 500, SAFE_GUARD_MS, 1000, 1), 1)
         self.assertEqual(self.redis.call("HGETALL", floors), [])
         # A second claimer's new machine id, then its release: nothing of it is left behind.
         other = "cosid-00000000000000cd@db2:5432:1"
         self.assertEqual(self.redis.call("EVAL", scripts["claim"], 1, key, other, 1023,
-                                         now - SAFE_GUARD_MS, watermark, 1, 0)[:3], [1, 0, 2])
+                                         now - SAFE_GUARD_MS, watermark, SAFE_GUARD_MS,
+                                         1000)[:3], [1, 0, 2])
         self.assertEqual(self.redis.call("EVAL", scripts["release"], 1, key, other, 1, now), 1)
         self.assertEqual(self.redis.call("HGETALL", floors), [])
+
+
+    def test_while_redis_settles_only_unexpired_own_entries_and_live_holders_go_on(self):
+        """cosid's scripts on a real redis-server that settles (cosid's record says it changed
+        just now): a claim whose own entry expired may have lost it in the history the server
+        forgot, so it waits as any claim; a renewal from a holder that stopped generating is
+        refused (its entry may be such a history's), one from a holder that still generates
+        goes on; neither from a clock further ahead of the server's than the lead. Once
+        settled, the expired own entry is released and taken back, above its stamp."""
+        scripts, key, lead = cosid_scripts(), "{settle}", 1000
+        now = now_ms()
+        self.settled_since("settle", now)
+        holder = "cosid-00000000000000ab@db1:5432:1"
+        expired_stamp = now - SAFE_GUARD_MS - 10
+        self.redis.call("HSET", "cosid:{settle}:itc_idx", holder, f"0|{expired_stamp}")
+        watermark = now + SAFE_GUARD_MS
+
+        def claim(by=holder, watermark=watermark):
+            return self.redis.call("EVAL", scripts["claim"], 1, key, by, 1023,
+                                   now_ms() - SAFE_GUARD_MS, watermark, SAFE_GUARD_MS, lead)
+
+        def renew(live, watermark=watermark):
+            return self.redis.call("EVAL", scripts["renew"], 1, key, holder, 0, watermark,
+                                   SAFE_GUARD_MS, lead, live)
+
+        settling = claim()
+        self.assertEqual(settling[0], -2, settling)
+        self.assertGreaterEqual(settling[1], now + SAFE_GUARD_MS + lead)
+        self.assertEqual(self.entries("settle")[holder], (0, expired_stamp))
+        self.assertEqual(renew(0), 0, "a holder that stopped generating")
+        self.assertEqual(self.entries("settle")[holder], (0, expired_stamp))
+        self.assertEqual(renew(1), 1, "a holder that still generates")
+        self.assertEqual(self.entries("settle")[holder], (0, watermark))
+        ahead = now_ms() + SAFE_GUARD_MS + 3 * lead
+        self.assertEqual(renew(1, watermark=ahead), 0)
+        self.assertEqual(claim("cosid-00000000000000cd@db2:5432:1", watermark=ahead)[:2],
+                         [-3, lead])
+        self.assertEqual(self.entries("settle")[holder], (0, watermark))
+        # Settled long ago: the expired own entry goes back to the released hash and is taken
+        # from it, above its stamp.
+        self.settled_since("settle", 1)
+        self.redis.call("HSET", "cosid:{settle}:itc_idx", holder, f"0|{expired_stamp}")
+        self.assertEqual(claim()[:3], [0, expired_stamp, 1])
+        self.assertEqual(self.entries("settle")[holder], (0, watermark))
+        self.assertEqual(self.redis.call("HGETALL", "cosid:{settle}:revert"), [])
+
+    def test_a_promoted_replica_settles_from_its_promotion(self):
+        """A replica of the Redis server, promoted (REPLICAOF NO ONE), has another replication
+        id than cosid's record it copied: it may lack writes its primary acknowledged, so a
+        claim on it waits a whole safe guard and the lead from the promotion."""
+        scripts, key, lead = cosid_scripts(), "{promoted}", 1000
+        self.settled_since("promoted", 1)
+        now = now_ms()
+        first = self.redis.call("EVAL", scripts["claim"], 1, key,
+                                "cosid-00000000000000ab@db1:5432:1", 1023, now - SAFE_GUARD_MS,
+                                now + SAFE_GUARD_MS, SAFE_GUARD_MS, lead)
+        self.assertEqual(first[:3], [0, 0, 2])
+        replica = RedisServer(free_port(24653)).start()
+        self.addCleanup(replica.stop)
+        replica.call("REPLICAOF", "127.0.0.1", self.redis.port)
+        wait_for(lambda: "master_link_status:up" in replica.call("INFO", "replication")
+                 and replica.call("HGET", "cosid:{promoted}:cosid_store", "changed") == "1",
+                 30, "the replica to copy the primary")
+        replica.call("REPLICAOF", "NO", "ONE")
+        promoted_ms = now_ms()
+        answer = replica.call("EVAL", scripts["claim"], 1, key,
+                              "cosid-00000000000000cd@db2:5432:1", 1023,
+                              now_ms() - SAFE_GUARD_MS, now_ms() + SAFE_GUARD_MS,
+                              SAFE_GUARD_MS, lead)
+        self.assertEqual(answer[0], -2, answer)
+        self.assertGreaterEqual(answer[1], promoted_ms + SAFE_GUARD_MS + lead)
+
+    def test_a_lapsed_lease_is_not_renewed_while_a_restarted_redis_settles(self):
+        """A Redis that keeps its data (an append-only file) is killed while a cosid server
+        holds a machine id: the server's renewals fail and it stops generating at its deadline.
+        Redis comes back with the server's entry under a new run id; since it may be a copy
+        that forgot later writes, the renewal of a holder that no longer generates is refused
+        while it settles, and the server's ids start above the end of the settling."""
+        redis = RedisServer(free_port(24654), persistent=True).start()
+        self.addCleanup(redis.stop)
+        server = self.server("redis-l", 24655, **{"cosid.lease_store": f"'{redis.url}'"})
+        self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
+        generate(server, 1_000)
+        redis.kill()
+
+        wait_for(lambda: refuses(server) and status(server)["state"] != "UP",
+                 4 * SAFE_GUARD_S + 10, "the server to stop generating")
+        restarted_ms = now_ms()
+        redis.start()
+        wait_state(server, "UP")
+        generate(server, 1_000, "after")
+        after = ids_of(server, "after")
+        self.assertIn("it may have forgotten claims", server.log())
+        # Safety, not timing: Redis started after restarted_ms, and settles a safe guard.
+        self.assertGreater(ts_ms_of(min(after)), restarted_ms + SAFE_GUARD_MS)
+        total = assert_unique(self, server)
+        print(f"\n  back {(ts_ms_of(min(after)) - restarted_ms) / 1000:.1f} s after Redis "
+              f"restarted with its data (safe guard {SAFE_GUARD_S} s); {total} ids", end=" ")
 
 
 class Settings(unittest.TestCase):

@@ -181,6 +181,12 @@ class Settings(unittest.TestCase):
                             'FATAL:  -5 ms is outside the valid range for parameter '
                             '"cosid.guarder_delay" ' + setting_range(1, 2147483647, "ms"))
 
+    def test_a_safe_guard_longer_than_a_day_stops_the_server(self):
+        # The lease stores accept a day at most: a longer one would fail every claim.
+        self.assert_refused({"cosid.distributor": "lease", "cosid.safe_guard_duration": "'25h'"},
+                            'FATAL:  90000000 ms is outside the valid range for parameter '
+                            '"cosid.safe_guard_duration" ' + setting_range(1, 86400000, "ms"))
+
     def test_initial_delay_beyond_the_safe_guard_stops_the_server(self):
         self.assert_refused({"cosid.distributor": "lease", "cosid.safe_guard_duration": "'4s'",
                              "cosid.guarder_delay": "'1s'", "cosid.guarder_initial_delay": "'5s'"},

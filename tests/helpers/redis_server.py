@@ -1,6 +1,7 @@
 """Debian's redis-server for the tests of cosid.distributor = 'cosid_redis': one per test, on
-loopback, in memory only (no snapshot, no append-only file), in a directory of its own; and a
-client speaking Redis's wire protocol (RESP2) to it, for the Java participant and the checks."""
+loopback, in memory only (no snapshot, no append-only file) unless told to keep its data, in a
+directory of its own; and a client speaking Redis's wire protocol (RESP2) to it, for the Java
+participant and the checks."""
 
 import shutil
 import socket
@@ -56,8 +57,11 @@ class RedisClient:
 
 
 class RedisServer:
-    def __init__(self, port):
+    def __init__(self, port, persistent=False):
+        """persistent: an append-only file written at every command, which a restart reads
+        back (a Redis that keeps its data across a crash)."""
         self.port = port
+        self.persistent = persistent
         self.dir = tempfile.mkdtemp(prefix="cosid-redis-")
         self.process = None
 
@@ -69,7 +73,8 @@ class RedisServer:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--logfile", f"{self.dir}/redis.log"],
+             "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
+             "--dir", self.dir, "--logfile", f"{self.dir}/redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(self.answers, 30, f"redis-server on port {self.port} to answer")
         return self
@@ -95,11 +100,17 @@ class RedisServer:
             client.close()
 
     def restart(self):
-        """Kills the server (-9) and starts it again on its port: these servers keep nothing on
-        disk, so it comes back empty, as a Redis without persistence does."""
+        """Kills the server (-9) and starts it again on its port: it comes back empty, as a
+        Redis without persistence does, unless it is persistent (then with every write it
+        acknowledged, under a new run id)."""
         self.process.kill()
         self.process.wait()
         return self.start()
+
+    def kill(self):
+        """Kills the server (-9), to be started again with start()."""
+        self.process.kill()
+        self.process.wait()
 
     def stop(self):
         if self.process and self.process.poll() is None:

@@ -4,7 +4,7 @@ cosid server's postgres database, where every participant's ids are stored and c
 import re
 import subprocess
 
-from .pgcluster import wait_for
+from .pgcluster import SqlError, wait_for
 
 
 def status(server, name="default"):
@@ -35,6 +35,15 @@ def store_ids(server, source, ids):
 def generate(server, count, source="cosid"):
     server.query(f"INSERT INTO ids SELECT cosid_next(), '{source}' "
                  f"FROM generate_series(1, {count})")
+
+
+def refuses(server):
+    """Whether cosid_next() refuses for want of a lease (what it issued before is kept)."""
+    try:
+        generate(server, 10)
+    except SqlError as error:
+        return error.sqlstate == "55P03"
+    return False
 
 
 def ids_of(server, source):

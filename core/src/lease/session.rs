@@ -687,7 +687,7 @@ impl<'a, S: LeaseStore, E: Env> Session<'a, S, E> {
             ClaimOutcome::Settling { settles_at_ms } => (
                 GeneratorProblem::StoreSettling,
                 format!(
-                    "the lease store's identity changed (a promoted standby, a point-in-time recovery, a restore, or a start of its server, which may be an older copy), and it may have forgotten claims it acknowledged: it hands out no machine id in namespace \"{namespace}\" until {} (a whole safe guard after the change was first seen), while the holders whose claims it kept go on; claiming again until then",
+                    "the lease store's identity changed (a promoted standby, a point-in-time recovery, a restore, or a start of its server, which may be an older copy; or it is a Redis server cosid has no record of yet), and it may have forgotten claims it acknowledged: it hands out no machine id in namespace \"{namespace}\" until {} by its clock (the longest safe guard after the change was first seen, and the lead a holder's clock may have had; or until this server's clock passes the ids such a holder may have issued), while the holders whose claims it kept go on; claiming again until then",
                     format_unix_ms(settles_at_ms)
                 ),
             ),
