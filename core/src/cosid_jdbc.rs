@@ -63,8 +63,12 @@ const READINESS_SQL: &str = "SELECT pg_catalog.to_regclass('public.cosid_machine
      ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
      WHERE i.indrelid = pg_catalog.to_regclass('public.cosid_machine') AND i.indisunique \
      AND i.indnkeyatts = 1 AND i.indpred IS NULL AND a.attname = 'name'), \
-     COALESCE(pg_catalog.has_function_privilege(\
-     pg_catalog.to_regprocedure('cosid.cosid_machine_settles_at(bigint)'), 'EXECUTE'), false)";
+     EXISTS (SELECT FROM pg_catalog.pg_proc p \
+     JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+     WHERE n.nspname = 'cosid' AND p.proname = 'cosid_machine_settles_at' \
+     AND p.proargtypes = '20'::pg_catalog.oidvector \
+     AND pg_catalog.has_schema_privilege(n.oid, 'USAGE') \
+     AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE'))";
 
 /// Until when the store settles, the floor of a row taken now, the store's clock, and how far
 /// ahead of it a holder's clock may run.

@@ -423,6 +423,13 @@ class StoreSetUp(unittest.TestCase):
         self.assertEqual(store.query("SELECT count(*) FROM cosid_machine"), "0")
         subprocess.run(store.psql_command("postgres", "-q", "-v", "ON_ERROR_STOP=1", "-f",
                                           str(LEASE_SQL)), check=True)
+        # The function alone, without the use of its schema, is not enough: still waiting.
+        store.query("GRANT EXECUTE ON FUNCTION cosid.cosid_machine_settles_at(bigint) "
+                    f"TO {FLEET_ROLE}")
+        server.query("SELECT pg_sleep(2)")
+        waiting = status(server)
+        self.assertNotEqual(waiting["state"], "UP")
+        self.assertIn("grant cosid_lease_holder", waiting["last_error"])
         grant_lease_protocol(store, FLEET_ROLE)
         self.assertEqual(wait_state(server, "UP")["machine_id"], "0")
 
