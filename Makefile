@@ -34,7 +34,7 @@ timed = start=$$(date +%s); $(2) || exit $$?; echo "$$(( $$(date +%s) - start ))
 # The upgrade tests need 0.1.0's library on PostgreSQL 15.
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 
-.PHONY: setup build-setup install sql run stop test quick unit-test old-versions lint integration-test \
+.PHONY: setup build-setup run-setup install sql run stop test quick unit-test old-versions lint integration-test \
 	test-faults fault-run plot bench package
 
 # Everything the tests need (scripts/setup.sh); make install needs only build-setup.
@@ -43,6 +43,11 @@ setup:
 
 build-setup:
 	scripts/setup.sh --build
+
+# What make run needs before the build's set-up: the server of its demo (Debian's PostgreSQL 15)
+# when it is the one to build for and is not there.
+run-setup:
+	scripts/setup.sh --build --with-server
 
 # Builds the extension and installs it into that PostgreSQL (sudo for the copy when its folders
 # are not writable). Installs only what building needs (build-setup), never the test stack.
@@ -58,7 +63,7 @@ sql:
 	scripts/make-sql.py $(MADE_SQL)
 
 # A local cluster with cosid preloaded, a demo, and the psql line to connect.
-run: install
+run: run-setup install
 	scripts/dev-cluster.sh start
 
 stop:

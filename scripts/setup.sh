@@ -96,11 +96,15 @@ tests_build() {
 }
 
 if [ "${1:-}" = "--build" ]; then
+    # --with-server (make run): Debian's PostgreSQL 15 itself too, when it is the one to build
+    # for and is not there; make install never installs a server.
+    with_server=
+    [ "${2:-}" = "--with-server" ] && with_server=1
     packages=("${BUILD_PACKAGES[@]}")
     case "${PG_CONFIG:?setup --build: give PG_CONFIG, the pg_config of the PostgreSQL to build for}" in
         /usr/lib/postgresql/*/bin/pg_config)
             major=$(basename "$(dirname "$(dirname "$PG_CONFIG")")")
-            if [ ! -x "$PG_CONFIG" ] && [ "$major" = 15 ]; then
+            if [ ! -x "$PG_CONFIG" ] && [ "$major" = 15 ] && [ -n "$with_server" ]; then
                 packages+=(postgresql-15 postgresql-client-15 postgresql-server-dev-15)
             elif [ -x "$PG_CONFIG" ] \
                 && [ ! -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ]; then
@@ -113,8 +117,9 @@ if [ "${1:-}" = "--build" ]; then
         *)
             if [ ! -x "$PG_CONFIG" ]; then
                 echo "setup: no PostgreSQL at $PG_CONFIG: install it first (Debian's or the" \
-                    "PostgreSQL project's packages), or give PG_CONFIG=/path/to/pg_config;" \
-                    "make setup installs the tests' builds of 16 and 18" >&2
+                    "PostgreSQL project's packages), give PG=<major> of the one you run or" \
+                    "PG_CONFIG=/path/to/pg_config; make run installs Debian's PostgreSQL 15" \
+                    "for its demo, and make setup the tests' builds of 16, 17 and 18" >&2
                 exit 1
             fi
             ;;

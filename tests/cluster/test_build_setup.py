@@ -63,7 +63,7 @@ class BuildSetup(unittest.TestCase):
         done = self.setup_build("/usr/lib/postgresql/9/bin/pg_config")
         self.assertEqual(done.returncode, 1, done.stdout)
         self.assertIn("no PostgreSQL at /usr/lib/postgresql/9/bin/pg_config", done.stdout)
-        self.assertIn("give PG_CONFIG=", done.stdout)
+        self.assertIn("PG_CONFIG=/path/to/pg_config", done.stdout)
         self.assertFalse(any("install" in call for call in self.calls("apt-get")),
                          "nothing installed for a version Debian does not package here")
         self.assertFalse(self.calls("cargo"))
@@ -115,6 +115,16 @@ esac
         commands = planned.stdout.splitlines()
         self.assertIn("scripts/setup.sh --build", commands)
         self.assertNotIn("scripts/setup.sh", commands)
+        self.assertFalse([line for line in commands if "--with-server" in line],
+                         "make install never installs a PostgreSQL server")
+
+    def test_make_run_may_install_the_server_of_its_demo(self):
+        planned = subprocess.run(["make", "-n", "run", "PG=15"], cwd=ROOT, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=True)
+        commands = planned.stdout.splitlines()
+        self.assertIn("scripts/setup.sh --build --with-server", commands)
+        self.assertLess(commands.index("scripts/setup.sh --build --with-server"),
+                        commands.index("scripts/setup.sh --build"))
 
 
 if __name__ == "__main__":
