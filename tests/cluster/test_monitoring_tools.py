@@ -507,7 +507,8 @@ class AlertingRules(unittest.TestCase):
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.assertEqual(checked.returncode, 0, checked.stdout)
         rules = re.findall(r"^\s+- alert: (\w+)$", RULES.read_text(), re.MULTILINE)
-        self.assertIn(f"SUCCESS: {len(rules)} rules found", checked.stdout)
+        records = re.findall(r"^\s+- record: ([\w:]+)$", RULES.read_text(), re.MULTILINE)
+        self.assertIn(f"SUCCESS: {len(rules) + len(records)} rules found", checked.stdout)
         tested = subprocess.run([promtool, "test", "rules", str(RULE_TESTS)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.assertEqual(tested.returncode, 0, tested.stdout)
