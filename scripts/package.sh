@@ -170,12 +170,14 @@ deb() {
     put "$staged/lib/cosid.so" "$root$pkglib/cosid.so"
     mkdir -p "$root$share"
     cp -a "$staged/share/." "$root$share/"
+    # The README and what it links to (docs/, CHANGELOG.md, LICENSE), left uncompressed so that
+    # its links lead where they say; Debian's changelog and copyright beside them.
     put "$ROOT/README.md" "$doc/README.md"
-    gzip -9n "$doc/README.md"
     for file in "$ROOT"/docs/*.md; do
         put "$file" "$doc/docs/$(basename "$file")"
-        gzip -9n "$doc/docs/$(basename "$file")"
     done
+    put "$ROOT/CHANGELOG.md" "$doc/CHANGELOG.md"
+    put "$ROOT/LICENSE" "$doc/LICENSE"
     put "$ROOT/CHANGELOG.md" "$doc/changelog"
     gzip -9n "$doc/changelog"
     cat > "$doc/changelog.Debian" <<EOF

@@ -242,8 +242,18 @@ class Packages(unittest.TestCase):
                      f"{share}/contrib/cosid/lease_store.sql",
                      f"{share}/contrib/cosid/cosid_machine.sql",
                      f"./usr/share/doc/{DEB_PACKAGE}/copyright",
-                     f"./usr/share/doc/{DEB_PACKAGE}/docs/installing.md.gz"):
+                     f"./usr/share/doc/{DEB_PACKAGE}/changelog.gz",
+                     f"./usr/share/doc/{DEB_PACKAGE}/README.md"):
             self.assertIn(path, listed)
+        # Every file the README links to is beside it, readable as it is.
+        readme_links = set(re.findall(r"\]\(([\w./-]+?)(?:#[\w-]*)?\)",
+                                      (ROOT / "README.md").read_text()))
+        local = {link for link in readme_links if not link.startswith(("http", "../"))
+                 and not link.endswith("/")}
+        self.assertIn("docs/installing.md", local)
+        missing = {link for link in local
+                   if f"./usr/share/doc/{DEB_PACKAGE}/{link}" not in listed}
+        self.assertEqual(missing, set(), "README links the package does not ship")
         outside = [path for path in listed if path.startswith("./") and not path.endswith("/")
                    and not path.startswith((lib + "/", share + "/", "./usr/share/doc/"))]
         self.assertEqual(outside, [])
