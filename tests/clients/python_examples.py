@@ -3,7 +3,8 @@ tests/cluster/test_clients.py, which makes the assertions on what this prints:
 
     python3 python_examples.py <client> <port> <blocks.json> <work folder>
 
-<client> is one of sqlalchemy, django, json; blocks.json maps the names of the document's marked
+<client> is one of sqlalchemy, django, django_convert_before then django_convert (two processes,
+as a model changes between two deployments), json; blocks.json maps the names of the document's marked
 blocks to their code. Each client uses a database of its own, named after it (Django's without
 the extension: its first migration creates it). Prints one JSON object: what was measured. Runs
 with target/clients/python on PYTHONPATH (scripts/setup.sh installs the clients there).
@@ -104,18 +105,8 @@ def django_example(port, blocks, work):
         + "db_default=Func(function=\"cosid_next\"))\n"
         + "    order = models.ForeignKey(Order, on_delete=models.CASCADE)\n")
     (app / "migrations" / "0001_initial.py").write_text(blocks["django_migration"])
-    sys.path.insert(0, str(work))
-
-    import django
-    from django.conf import settings
-    settings.configure(
-        INSTALLED_APPS=["django.contrib.postgres", "shop"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "HOST": "127.0.0.1",
-                               "PORT": str(port), "USER": "postgres", "NAME": "django"}},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField", USE_TZ=True)
-    django.setup()
-    from django.core.management import call_command
-    from django.db import IntegrityError, connection, transaction
+    call_command, connection = django_app(port, work, "django")
+    from django.db import IntegrityError, transaction
     from shop.models import Line, Order
 
     quiet = io.StringIO()
@@ -160,6 +151,74 @@ def django_example(port, blocks, work):
     return out
 
 
+def django_convert_example(port, blocks, work):
+    """A Django app whose Customer was made with BigAutoField keys and has rows, moved to cosid
+    by the document's migration: the first process (`django_convert_before`) makes and runs
+    the app's first migration and inserts three rows; this one gives the model the document's
+    field, adds the document's migration, and checks that makemigrations finds nothing to do,
+    then migrates and inserts."""
+    app = Path(work) / "shop"
+    model = blocks["django"].replace("class Order(models.Model):", "class Customer(models.Model):")
+    (app / "models.py").write_text(model)
+    (app / "migrations" / "0002_cosid.py").write_text(blocks["django_convert"])
+    call_command, connection = django_app(port, work, "django_convert")
+    from shop.models import Customer
+
+    out = {}
+    try:
+        call_command("makemigrations", "shop", "--check", "--dry-run", stdout=io.StringIO())
+        out["makemigrations"] = "no changes"
+    except SystemExit as exit:
+        out["makemigrations"] = f"changes ({exit.code})"
+    call_command("migrate", "shop", stdout=io.StringIO())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_expr(d.adbin, d.adrelid), a.attidentity "
+                       "FROM pg_attribute a LEFT JOIN pg_attrdef d "
+                       "ON (d.adrelid, d.adnum) = (a.attrelid, a.attnum) "
+                       "WHERE a.attrelid = 'shop_customer'::regclass AND a.attname = 'id'")
+        out["column_default"], out["identity"] = cursor.fetchone()
+    created = Customer.objects.create(item="after")
+    out["new_id"] = str(created.pk)
+    out["table"] = table_ids(connection, "shop_customer")
+    return out
+
+
+def django_convert_before(port, blocks, work):
+    """The first process of `django_convert`: the app as it was, with BigAutoField keys."""
+    app = Path(work) / "shop"
+    (app / "migrations").mkdir(parents=True)
+    (app / "__init__.py").write_text("")
+    (app / "migrations" / "__init__.py").write_text("")
+    (app / "models.py").write_text(
+        "from django.db import models\n\n\nclass Customer(models.Model):\n"
+        "    item = models.TextField()\n")
+    call_command, connection = django_app(port, work, "django_convert")
+    from shop.models import Customer
+    call_command("makemigrations", "shop", stdout=io.StringIO())
+    call_command("migrate", "shop", stdout=io.StringIO())
+    for item in ("a", "b", "c"):
+        Customer.objects.create(item=item)
+    return {"migrations": sorted(p.name for p in (app / "migrations").glob("0*.py")),
+            "table": table_ids(connection, "shop_customer")}
+
+
+def django_app(port, work, database):
+    """Django set up with the app shop of `work` on `database`; its call_command and
+    connection."""
+    sys.path.insert(0, str(work))
+    import django
+    from django.conf import settings
+    settings.configure(
+        INSTALLED_APPS=["django.contrib.postgres", "shop"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "HOST": "127.0.0.1",
+                               "PORT": str(port), "USER": "postgres", "NAME": database}},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField", USE_TZ=True)
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    return call_command, connection
+
+
 def json_example(port, blocks, work):
     """An id from psycopg, written by json.dumps."""
     import psycopg
@@ -173,5 +232,7 @@ if __name__ == "__main__":
     client, port, blocks_file, work = sys.argv[1:5]
     blocks = json.loads(Path(blocks_file).read_text())
     result = {"sqlalchemy": sqlalchemy_example, "django": django_example,
+              "django_convert_before": django_convert_before,
+              "django_convert": django_convert_example,
               "json": json_example}[client](int(port), blocks, work)
     print(json.dumps(result))

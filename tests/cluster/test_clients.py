@@ -70,7 +70,7 @@ class Clients(ClusterTest):
             cls.cluster.query("SELECT cosid_create_generator('web', 'safe_js')")
             cls.cluster.query("SELECT cosid_create_generator('invoices')")
             for name in ("javascript", "sequelize", "knex", "drizzle", "typeorm", "sqlalchemy",
-                         "json"):
+                         "json", "django_convert"):
                 cls.cluster.query(f"CREATE DATABASE {name}")
                 cls.cluster.query("CREATE EXTENSION cosid", name)
             # Django's database has no extension: its first migration creates it; nor has the one
@@ -105,11 +105,13 @@ class Clients(ClusterTest):
                      str(self.work / "blocks.json"), str(node_work)],
             {"NODE_PATH": str(NODE_MODULES)}, cwd=node_work)
 
-    def run_python(self, client):
+    def run_python(self, client, work=None):
+        """Runs the harness for `client` in a folder of its own, or in `work`'s (a second
+        process of the same app)."""
         if not (PYTHON_CLIENTS / "sqlalchemy").is_dir():
             self.fail(f"no Python clients in {PYTHON_CLIENTS}: run scripts/setup.sh")
-        python_work = self.work / client
-        python_work.mkdir()
+        python_work = self.work / (work or client)
+        python_work.mkdir(exist_ok=work is not None)
         return self.run_harness(
             client, [sys.executable, str(CLIENTS / "python_examples.py"), client,
                      str(self.cluster.port), str(self.work / "blocks.json"), str(python_work)],
@@ -129,7 +131,8 @@ class Clients(ClusterTest):
     def test_blocks_found(self):
         """Every marked block is found, and every block the harnesses run is marked."""
         self.assertEqual(sorted(self.blocks), sorted([
-            "sqlalchemy", "sqlalchemy_insert", "django", "django_migration", "sequelize",
+            "sqlalchemy", "sqlalchemy_insert", "django", "django_migration", "django_convert",
+            "sequelize",
             "knex", "drizzle", "typeorm"]))
         marked = len(re.findall(r"<!--\s*test:\s*client\b", DOC.read_text()))
         self.assertEqual(marked, len(self.blocks), "a marker not followed by its block")
@@ -266,6 +269,20 @@ class Clients(ClusterTest):
         self.assertEqual(out["b1_rows"], 2)
         self.assertRegex(out["line_of_bulk_created"],
                          r'^IntegrityError: null value in column "order_id"')
+
+    def test_django_convert(self):
+        """The document's migration moves a BigAutoField table with rows to cosid: Django's
+        state agrees with the model (makemigrations finds nothing), the identity is gone, the
+        default is cosid_next(), the old rows keep their ids and a new one is above them."""
+        before = self.run_python("django_convert_before")
+        self.assertEqual(before["migrations"], ["0001_initial.py"])
+        self.assertEqual(before["table"], ["1", "2", "3"])
+        out = self.run_python("django_convert", work="django_convert_before")
+        self.assertEqual(out["makemigrations"], "no changes")
+        self.assertEqual(out["column_default"], "cosid_next()")
+        self.assertEqual(out["identity"], "")
+        self.assertGreater(int(out["new_id"]), 3)
+        self.assertEqual(sorted(out["table"], key=int), ["1", "2", "3", out["new_id"]])
 
     def test_ids_in_json_from_python(self):
         """json.dumps writes the exact id; JavaScript's JSON.parse rounds it."""
