@@ -20,8 +20,8 @@
 //!   keeps generating after its renewals fail (its guarder only reports the failure), so an
 //!   expired Java row may still be in use. Rows cosid held expire as CosId's do.
 //! - A machine id beyond the claimer's machine bits is passed over, not taken.
-//! - The database has cosid's lease store too (`lease_store.sql`), and a released, new or expired
-//!   row is taken only as cosid's own store would hand one out: not while the store settles
+//! - The database has cosid's lease store too (`lease_store.sql`), and a row is taken (the
+//!   claim's own one too) only as cosid's own store would hand one out: not while the store settles
 //!   after its identity changed (a promotion, a point-in-time recovery, a restore, a start of its
 //!   server: it may have forgotten claims whose holders still generate), and with the ids above
 //!   the floor of that change (`cosid.cosid_machine_settles_at()`). The check is made before the
@@ -191,9 +191,10 @@ impl<T: SqlTransport> CosidJdbc<T> {
         })
     }
 
-    /// The row this claim holds already (its answer was lost): renewed, as CosId does. It has
-    /// not expired by this clock, so nobody took it in a history the store may have forgotten:
-    /// it is renewed while the store settles too.
+    /// The row this claim holds already (its answer was lost): renewed, as CosId does, once
+    /// the store has settled. Not before: that it has not expired is judged by this claimer's
+    /// clock, and a claimer whose clock runs ahead of it may have taken it in a history the
+    /// store forgot.
     fn own(
         &mut self,
         holder: &Holder,
@@ -225,7 +226,7 @@ impl<T: SqlTransport> CosidJdbc<T> {
                 Param::Text(held_by.to_string()),
                 Param::Int(machine_id as i32),
                 Param::BigInt(bounded_ms(safe_guard_ms)),
-                Param::Bool(true),
+                Param::Bool(false),
             ],
             &[Kind::Int],
         )?;
@@ -470,6 +471,8 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
 
     /// CosId's order: the row this claim holds already, then a released or expired one (the
     /// lowest machine id first), then a new one. Expiry is by this claimer's clock, as in CosId.
+    /// Before any of them, cosid's lease store is asked whether it settled (a read Java
+    /// instances cannot see).
     fn claim(
         &mut self,
         holder: &Holder,
@@ -487,11 +490,6 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
             expires_at_ms: now_ms.saturating_add(safe_guard_ms as i64),
             store_now_ms: now_ms,
         };
-        if let Some((machine_id, last_timestamp)) =
-            self.own(holder, &held_by, safe_guard_ms, now_ms, watermark_ms)?
-        {
-            return Ok(claimed(machine_id, ClaimedHow::Own, last_timestamp));
-        }
         let floor_ms = match self.settled(safe_guard_ms, watermark_ms, now_ms)? {
             Settled::Above(floor_ms) => floor_ms,
             Settled::Not { settles_at_ms } => return Ok(ClaimOutcome::Settling { settles_at_ms }),
@@ -505,6 +503,15 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
                 })
             }
         };
+        if let Some((machine_id, last_timestamp)) =
+            self.own(holder, &held_by, safe_guard_ms, now_ms, watermark_ms)?
+        {
+            return Ok(claimed(
+                machine_id,
+                ClaimedHow::Own,
+                last_timestamp.max(floor_ms),
+            ));
+        }
         let free = self.free_rows(holder, safe_guard_at)?;
         for row in &free {
             if self.take(holder, &held_by, row, now_ms, safe_guard_ms, watermark_ms)? {
@@ -695,8 +702,8 @@ mod tests {
     fn a_claim_follows_cosids_order_own_then_free_then_new() {
         // No own row, no free row: max + 1 = 3, inserted.
         let mut new = store(vec![
-            Ok(vec![]),
             settled(),
+            Ok(vec![]),
             free(&[]),
             Ok(vec![vec![Value::BigInt(3)]]),
             returned(3),
@@ -711,7 +718,7 @@ mod tests {
             }
         ));
         let sent: Vec<_> = new.transport.sent.iter().map(|call| call.sql).collect();
-        assert_eq!(sent, [OWN_SQL, SETTLES_SQL, FREE_SQL, NEXT_SQL, INSERT_SQL]);
+        assert_eq!(sent, [SETTLES_SQL, OWN_SQL, FREE_SQL, NEXT_SQL, INSERT_SQL]);
         let insert = &new.transport.sent[4].params;
         assert_eq!(insert[0], Param::Text("orders.00000003".into()));
         assert_eq!(
@@ -728,9 +735,9 @@ mod tests {
             Param::BigInt(4_000),
             "checked again with the safe guard"
         );
-        // The own row is renewed and kept, with its last timestamp to wait past; it has not
-        // expired, so a settling store renews it too.
+        // The own row is renewed and kept, with its last timestamp to wait past.
         let mut own = store(vec![
+            settled(),
             Ok(vec![vec![Value::Int(2), Value::BigInt(NOW_MS + 9)]]),
             returned(2),
         ]);
@@ -740,11 +747,15 @@ mod tests {
                 if previous_watermark_ms == NOW_MS + 9
         ));
         assert_eq!(
-            own.transport.sent[0].params[2],
+            own.transport.sent[1].params[2],
             Param::BigInt(NOW_MS - 4_000),
             "expiry by this clock"
         );
-        assert_eq!(own.transport.sent[1].params[5], Param::Bool(true));
+        assert_eq!(
+            own.transport.sent[2].params[5],
+            Param::Bool(false),
+            "renewed only if the store settled"
+        );
     }
 
     #[test]
@@ -753,8 +764,8 @@ mod tests {
         let too_wide = (9, NOW_MS - 60_000, "");
         let cosid_expired = (4, NOW_MS - 50_000, "cosid-00000000000000cd@db2");
         let mut store = store(vec![
-            Ok(vec![]),
             settled(),
+            Ok(vec![]),
             free(&[java_expired, cosid_expired, too_wide]),
             returned(4),
         ]);
@@ -780,19 +791,19 @@ mod tests {
 
     #[test]
     fn lost_races_are_contended_and_a_full_namespace_exhausted() {
-        let mut raced = store(vec![Ok(vec![]), settled(), free(&[(1, 5, "")]), Ok(vec![])]);
+        let mut raced = store(vec![settled(), Ok(vec![]), free(&[(1, 5, "")]), Ok(vec![])]);
         assert_eq!(claim(&mut raced, 10), ClaimOutcome::Contended);
         let mut inserted_first = store(vec![
-            Ok(vec![]),
             settled(),
+            Ok(vec![]),
             free(&[]),
             Ok(vec![vec![Value::BigInt(0)]]),
             Ok(vec![]),
         ]);
         assert_eq!(claim(&mut inserted_first, 10), ClaimOutcome::Contended);
         let mut full = store(vec![
-            Ok(vec![]),
             settled(),
+            Ok(vec![]),
             free(&[(0, NOW_MS - 60_000, "10.0.0.5:4242")]),
             Ok(vec![vec![Value::BigInt(8)]]),
         ]);
@@ -861,37 +872,32 @@ mod tests {
     }
 
     #[test]
-    fn while_the_store_settles_only_the_claims_own_row_is_taken() {
-        // The own row (an answer lost) comes first, whatever the store's identity.
-        let mut own = store(vec![
-            Ok(vec![vec![Value::Int(2), Value::BigInt(NOW_MS + 9)]]),
-            returned(2),
-        ]);
-        assert!(matches!(
-            claim(&mut own, 10),
-            ClaimOutcome::Claimed {
-                how: ClaimedHow::Own,
-                ..
-            }
-        ));
-        // Settling: nothing read or written further.
-        let mut settling_store = store(vec![
-            Ok(vec![]),
-            settling(NOW_MS + 3_000, NOW_MS + 4_000, NOW_MS - 50),
-        ]);
+    fn while_the_store_settles_no_row_is_taken_not_even_the_claims_own() {
+        // Settling: nothing read or written further, the claim's own row neither (that it has
+        // not expired is this claimer's judgement, and a claimer ahead of it may have taken it
+        // in the history the store forgot).
+        let mut settling_store = store(vec![settling(NOW_MS + 3_000, NOW_MS + 4_000, NOW_MS - 50)]);
         assert_eq!(
             claim(&mut settling_store, 10),
             ClaimOutcome::Settling {
                 settles_at_ms: NOW_MS + 3_000
             }
         );
-        assert_eq!(settling_store.transport.sent.len(), 2);
+        assert_eq!(settling_store.transport.sent.len(), 1);
+        // Settled: the own row waits for the floor too.
+        let mut own = store(vec![
+            settling(NOW_MS - 2_000, NOW_MS - 1_000, NOW_MS),
+            Ok(vec![vec![Value::Int(2), Value::BigInt(NOW_MS - 3_000)]]),
+            returned(2),
+        ]);
+        assert!(matches!(
+            claim(&mut own, 10),
+            ClaimOutcome::Claimed { how: ClaimedHow::Own, previous_watermark_ms, .. }
+                if previous_watermark_ms == NOW_MS - 1_000
+        ));
         // Settled, but the floor is ahead of this claimer's clock: it waits until its clock
         // is past it, counted on the store's clock.
-        let mut floor_ahead = store(vec![
-            Ok(vec![]),
-            settling(NOW_MS - 10, NOW_MS + 990, NOW_MS - 5),
-        ]);
+        let mut floor_ahead = store(vec![settling(NOW_MS - 10, NOW_MS + 990, NOW_MS - 5)]);
         assert_eq!(
             claim(&mut floor_ahead, 10),
             ClaimOutcome::Settling {
@@ -900,8 +906,8 @@ mod tests {
         );
         // Settled and past: a new row and a released one wait for the floor.
         let mut new = store(vec![
-            Ok(vec![]),
             settling(NOW_MS - 2_000, NOW_MS - 1_000, NOW_MS),
+            Ok(vec![]),
             free(&[]),
             Ok(vec![vec![Value::BigInt(0)]]),
             returned(0),
@@ -912,8 +918,8 @@ mod tests {
                 if previous_watermark_ms == NOW_MS - 1_000
         ));
         let mut released = store(vec![
-            Ok(vec![]),
             settling(NOW_MS - 2_000, NOW_MS - 1_000, NOW_MS),
+            Ok(vec![]),
             free(&[(1, NOW_MS - 5_000, "")]),
             returned(1),
         ]);
@@ -923,7 +929,7 @@ mod tests {
                 if previous_watermark_ms == NOW_MS - 1_000
         ));
         // A claimer whose clock runs further ahead of the store's than it allows takes nothing.
-        let mut ahead = store(vec![Ok(vec![]), settling(0, 0, NOW_MS - 1_001)]);
+        let mut ahead = store(vec![settling(0, 0, NOW_MS - 1_001)]);
         assert_eq!(
             claim(&mut ahead, 10),
             ClaimOutcome::ClockAhead {
@@ -931,10 +937,10 @@ mod tests {
                 store_now_ms: NOW_MS - 1_001
             }
         );
-        assert_eq!(ahead.transport.sent.len(), 2);
+        assert_eq!(ahead.transport.sent.len(), 1);
         let mut within = store(vec![
-            Ok(vec![]),
             settling(0, 0, NOW_MS - 1_000),
+            Ok(vec![]),
             free(&[(1, NOW_MS - 5_000, "")]),
             returned(1),
         ]);
@@ -948,7 +954,7 @@ mod tests {
             assert!(sql.contains("(false::pg_catalog.bool OR s.settles_at_ms <= s.now_ms)"));
         }
         // An answer that is not the store's is an error, never a claim.
-        let mut odd = store(vec![Ok(vec![]), Ok(vec![vec![Value::Null]])]);
+        let mut odd = store(vec![Ok(vec![vec![Value::Null]])]);
         assert!(odd.claim(&holder(10), 4_000, 0xab, NOW_MS).is_err());
     }
 }

@@ -26,8 +26,9 @@
 //!   release checks the machine id as well as the holder.
 //! - An entry that is not `"<machine id>|<stamp>"` stops every claim of the namespace with an
 //!   error naming it: which machine id it holds is unknown.
-//! - A claim other than of its own entry waits while the Redis server may have forgotten claims:
-//!   for the longest safe guard a claimer gave (and the lead a holder's clock may have had) after
+//! - A claim (of its own entry too) waits while the Redis server may have forgotten claims, and a
+//!   renewal goes through then only for a holder that still generates: for the longest safe
+//!   guard a claimer gave, at most a day (and the lead a holder's clock may have had) after
 //!   the server started, when cosid has no record of it (`cosid:{<namespace>}:cosid_store`),
 //!   or after it first saw another run id (a restart: from the start) or replication id (a
 //!   promoted replica: from then). A Redis that lost its data without restarting (`FLUSHALL`,
@@ -97,7 +98,7 @@ local function clock_now()
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 -- Until when this server may have forgotten claims (Redis's clock, Unix ms; nil when it does
--- not say its run id): it started (without its data, perhaps), or took another replication
+-- not say its run id or its replication id): it started (without its data, perhaps), or took another replication
 -- history (a promoted replica) since cosid last looked. Its run id, replication id, when the
 -- change was first seen and the longest safe guard a claimer gave (at most a day) are kept in
 -- cosid's own hash; a change settles for that safe guard, as cosid's own store does, and for
@@ -111,7 +112,10 @@ local function store_settles_at(now, safe_guard, lead)
     end
     -- Uptime is in whole seconds: the start this gives is the latest it can have been.
     local started = now - (tonumber(string.match(server, 'uptime_in_seconds:(%d+)')) or 0) * 1000
-    local replid = string.match(redis.call('info', 'replication'), 'master_replid:(%x+)') or ''
+    local replid = string.match(redis.call('info', 'replication'), 'master_replid:(%x+)')
+    if not replid then
+        return nil
+    end
     local seen = redis.call('hmget', store, 'run_id', 'replid', 'changed', 'safe_guard')
     local changed = tonumber(seen[3])
     if not changed then
@@ -128,7 +132,8 @@ local function store_settles_at(now, safe_guard, lead)
     return changed + longest + lead
 end
 local no_run_id = 'COSID the Redis server of cosid.lease_store does not say its run id ' ..
-    '(INFO server): cosid cannot tell when it restarted and may have forgotten claims'
+    '(INFO server) or replication id (INFO replication): cosid cannot tell when it ' ..
+    'restarted or took another history, and may have forgotten claims'
 "#
     };
 }
@@ -136,8 +141,8 @@ local no_run_id = 'COSID the Redis server of cosid.lease_store does not say its 
 /// ARGV: holder, the largest machine id, safeGuardAt, the watermark, the safe guard, the lead a
 /// holder's clock may have on the Redis server's (counted into the settling, and refused
 /// beyond). Answers the machine id, the previous stamp, how (0 own, 1 released, 2 new, 3
-/// expired), when the server's settling ended (for the own entry, the one it was claimed
-/// after; 0 when unknown) and its clock now (Redis's clock, Unix ms); `{-1, -1, -1}` when none
+/// expired), when the server's settling ended (for the own entry, the later of the one it was
+/// claimed after and the last) and its clock now (Redis's clock, Unix ms); `{-1, -1, -1}` when none
 /// is left; `{-2, settles_at, now}` while the server settles; `{-3, lead, now}` when the
 /// claimer's clock runs further ahead than the lead.
 pub const CLAIM_LUA: &str = concat!(
@@ -156,8 +161,17 @@ if watermark - safe_guard - now > lead then
     return {-3, lead, now}
 end
 
--- The claim's own entry (its answer was lost) while it has not expired: nobody took it in a
--- history the server may have forgotten, so it is kept while the server settles too.
+local settles_at = store_settles_at(now, safe_guard, lead)
+if not settles_at then
+    return redis.error_reply(no_run_id)
+end
+if settles_at > now then
+    return {-2, settles_at, now}
+end
+
+-- The claim's own entry (its answer was lost) while it has not expired, once the server has
+-- settled: that it has not expired is this claimer's judgement, and a claimer whose clock runs
+-- ahead may have taken it in a history the server forgot.
 local own = redis.call('hget', held, holder)
 local own_machine_id, own_stamp
 if own then
@@ -165,18 +179,10 @@ if own then
     if own_machine_id and own_stamp and own_stamp > safe_guard_at then
         hold(holder, own_machine_id, math.max(own_stamp, watermark))
         -- The stamp is this claim's own watermark: the floor it found is kept apart, with the
-        -- end of the settling it claimed after.
+        -- end of the settling it claimed after (or this one's, if later).
         local floor, settled_at = parse(redis.call('hget', floors, holder) or '')
-        return {own_machine_id, floor or own_stamp, 0, settled_at or 0, now}
+        return {own_machine_id, floor or own_stamp, 0, math.max(settled_at or 0, settles_at), now}
     end
-end
-
-local settles_at = store_settles_at(now, safe_guard, lead)
-if not settles_at then
-    return redis.error_reply(no_run_id)
-end
-if settles_at > now then
-    return {-2, settles_at, now}
 end
 
 -- An own entry that expired is released (its claim issued no id: its answer never came), and

@@ -409,11 +409,12 @@ class CosidRedis(unittest.TestCase):
         self.assertEqual(self.redis.call("HGETALL", floors), [])
 
 
-    def test_while_redis_settles_only_unexpired_own_entries_and_live_holders_go_on(self):
+    def test_while_redis_settles_no_claim_goes_on_and_only_live_holders_renew(self):
         """cosid's scripts on a real redis-server that settles (cosid's record says it changed
-        just now): a claim whose own entry expired may have lost it in the history the server
-        forgot, so it waits as any claim; a renewal from a holder that stopped generating is
-        refused (its entry may be such a history's), one from a holder that still generates
+        just now): a claim whose own entry is there waits as any claim, expired or not (that it
+        has not expired is its own clock's judgement, and a claimer ahead of it may have taken
+        it in the history the server forgot); a renewal from a holder that stopped generating
+        is refused (its entry may be such a history's), one from a holder that still generates
         goes on; neither from a clock further ahead of the server's than the lead. Once
         settled, the expired own entry is released and taken back, above its stamp."""
         scripts, key, lead = cosid_scripts(), "{settle}", 1000
@@ -436,6 +437,11 @@ class CosidRedis(unittest.TestCase):
         self.assertEqual(settling[0], -2, settling)
         self.assertGreaterEqual(settling[1], now + SAFE_GUARD_MS + lead)
         self.assertEqual(self.entries("settle")[holder], (0, expired_stamp))
+        unexpired = f"0|{now + SAFE_GUARD_MS}"
+        self.redis.call("HSET", "cosid:{settle}:itc_idx", holder, unexpired)
+        self.assertEqual(claim()[0], -2, "an unexpired own entry waits too")
+        self.assertEqual(self.entries("settle")[holder], (0, now + SAFE_GUARD_MS))
+        self.redis.call("HSET", "cosid:{settle}:itc_idx", holder, f"0|{expired_stamp}")
         self.assertEqual(renew(0), 0, "a holder that stopped generating")
         self.assertEqual(self.entries("settle")[holder], (0, expired_stamp))
         self.assertEqual(renew(1), 1, "a holder that still generates")
@@ -467,8 +473,13 @@ class CosidRedis(unittest.TestCase):
         replica = RedisServer(free_port(24653)).start()
         self.addCleanup(replica.stop)
         replica.call("REPLICAOF", "127.0.0.1", self.redis.port)
+        # Up for longer than the settling after a start, so that only the new replication id
+        # can make the claim below wait.
+        settling_s = (SAFE_GUARD_MS + lead) / 1000
         wait_for(lambda: "master_link_status:up" in replica.call("INFO", "replication")
-                 and replica.call("HGET", "cosid:{promoted}:cosid_store", "changed") == "1",
+                 and replica.call("HGET", "cosid:{promoted}:cosid_store", "changed") == "1"
+                 and int(re.search(r"uptime_in_seconds:(\d+)",
+                                   replica.call("INFO", "server")).group(1)) > settling_s + 1,
                  30, "the replica to copy the primary")
         replica.call("REPLICAOF", "NO", "ONE")
         promoted_ms = now_ms()
