@@ -165,11 +165,13 @@ def django_convert_example(port, blocks, work):
     from shop.models import Customer
 
     out = {}
+    planned = io.StringIO()
     try:
-        call_command("makemigrations", "shop", "--check", "--dry-run", stdout=io.StringIO())
+        call_command("makemigrations", "shop", "--check", "--dry-run", "--verbosity", "3",
+                     stdout=planned)
         out["makemigrations"] = "no changes"
     except SystemExit as exit:
-        out["makemigrations"] = f"changes ({exit.code})"
+        out["makemigrations"] = f"changes ({exit.code}): {planned.getvalue()}"
     call_command("migrate", "shop", stdout=io.StringIO())
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_get_expr(d.adbin, d.adrelid), a.attidentity "
