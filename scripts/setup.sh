@@ -140,8 +140,10 @@ if [ "${1:-}" = "--build" ]; then
     exit 0
 fi
 
+# mmdebstrap: the Debian system made afresh in which tests/cluster/test_clean_host.py runs
+# make install alone.
 apt_install_missing postgresql-15 postgresql-client-15 postgresql-server-dev-15 sudo openssl \
-    etcd-server python3-venv redis-server "${BUILD_PACKAGES[@]}"
+    etcd-server python3-venv redis-server mmdebstrap "${BUILD_PACKAGES[@]}"
 
 # Debian's prometheus-postgres-exporter, and prometheus for promtool, which
 # tests/cluster/test_monitoring_tools.py runs on monitoring/. Without their recommendations
