@@ -13,6 +13,9 @@ ifeq ($(origin PG_CONFIG),undefined)
 PG_CONFIG := $(firstword $(wildcard /usr/lib/postgresql/$(PG)/bin/pg_config) \
 	$(shell scripts/pg-config.sh $(PG)))
 endif
+# The tests' build of PG, which tests/suite.py tests (make quick and make integration-test install
+# into it, not into a packaged server of the same major).
+TEST_PG_CONFIG = $(shell scripts/pg-config.sh $(PG))
 COSID_PORT ?= 5499
 export PG_CONFIG COSID_PORT
 
@@ -91,7 +94,7 @@ quick:
 	@$(call timed,lint (PostgreSQL $(PG)),$(MAKE) --no-print-directory lint LINT_PG=$(PG))
 	@$(call timed,unit tests (core),$(MAKE) --no-print-directory unit-test)
 	@$(call timed,build and install for PostgreSQL $(PG),$(MAKE) --no-print-directory install \
-		$(call OLD_VERSIONS_FOR,$(PG)))
+		PG_CONFIG="$(TEST_PG_CONFIG)" $(call OLD_VERSIONS_FOR,$(PG)))
 	cd tests && python3 suite.py --versions "$(PG)" --jobs $(TEST_JOBS) --steps ../$(STEP_TIMES) \
 		regress cluster
 
@@ -119,7 +122,8 @@ lint: setup
 	done
 
 # Every tier against one version (PG): its build and install, then tests/suite.py.
-integration-test: setup install $(call OLD_VERSIONS_FOR,$(PG))
+integration-test: setup $(call OLD_VERSIONS_FOR,$(PG))
+	$(MAKE) --no-print-directory install PG_CONFIG="$(TEST_PG_CONFIG)"
 	cd tests && python3 suite.py --versions "$(PG)" --jobs $(TEST_JOBS) $(TIERS)
 
 # The fault-injection scenarios with a longer randomized mix of faults (make test runs 3 rounds
