@@ -200,10 +200,9 @@ impl<T: SqlTransport> CosidJdbc<T> {
         holder: &Holder,
         held_by: &str,
         safe_guard_ms: u64,
-        now_ms: i64,
+        safe_guard_at: i64,
         watermark_ms: i64,
     ) -> Result<Option<(u32, i64)>, StoreError> {
-        let safe_guard_at = safe_guard_at(now_ms, safe_guard_ms);
         let rows = self.rows(
             OWN_SQL,
             vec![
@@ -268,14 +267,15 @@ impl<T: SqlTransport> CosidJdbc<T> {
     /// What cosid's lease store beside the table says of a released, new or expired row taken
     /// now with this watermark: not while this claimer's clock runs further ahead of the
     /// store's than it allows, nor while the store may have forgotten claims; else the floor
-    /// its ids must stay above (0: none). A floor ahead of this claimer's clock settles for it
-    /// too: every row taken now would be given back, and the next claim take another.
+    /// its ids must stay above (0: none), or else the claim's outcome. A floor ahead of this
+    /// claimer's clock settles for it too: every row taken now would be given back, and the next
+    /// claim take another.
     fn settled(
         &mut self,
         safe_guard_ms: u64,
         watermark_ms: i64,
         now_ms: i64,
-    ) -> Result<Settled, StoreError> {
+    ) -> Result<Result<i64, ClaimOutcome>, StoreError> {
         let rows = self.rows(
             SETTLES_SQL,
             vec![Param::BigInt(bounded_ms(safe_guard_ms))],
@@ -301,18 +301,18 @@ impl<T: SqlTransport> CosidJdbc<T> {
             .saturating_sub(bounded_ms(safe_guard_ms))
             .saturating_sub(store_now_ms);
         Ok(if lead_ms > allowed_lead_ms {
-            Settled::ClockAhead {
+            Err(ClaimOutcome::ClockAhead {
                 allowed_ms: allowed_lead_ms,
                 store_now_ms,
-            }
+            })
         } else if settles_at_ms > store_now_ms {
-            Settled::Not { settles_at_ms }
+            Err(ClaimOutcome::Settling { settles_at_ms })
         } else if floor_ms > now_ms {
-            Settled::Not {
+            Err(ClaimOutcome::Settling {
                 settles_at_ms: store_now_ms.saturating_add(floor_ms - now_ms),
-            }
+            })
         } else {
-            Settled::Above(floor_ms)
+            Ok(floor_ms)
         })
     }
 
@@ -400,16 +400,6 @@ fn max_machine_id(machine_bits: u32) -> u64 {
     (1u64 << machine_bits) - 1
 }
 
-/// What the store's settling leaves a claim of a row that is not its own.
-enum Settled {
-    /// This claimer's clock runs further ahead of the store's than it allows.
-    ClockAhead { allowed_ms: i64, store_now_ms: i64 },
-    /// The store may have forgotten claims until `settles_at_ms`, by its clock.
-    Not { settles_at_ms: i64 },
-    /// Settled: ids of a row taken now stay above this floor (0: none).
-    Above(i64),
-}
-
 /// A duration in milliseconds as the store's bigint.
 fn bounded_ms(ms: u64) -> i64 {
     ms.min(i64::MAX as u64) as i64
@@ -491,20 +481,11 @@ impl<T: SqlTransport> LeaseStore for CosidJdbc<T> {
             store_now_ms: now_ms,
         };
         let floor_ms = match self.settled(safe_guard_ms, watermark_ms, now_ms)? {
-            Settled::Above(floor_ms) => floor_ms,
-            Settled::Not { settles_at_ms } => return Ok(ClaimOutcome::Settling { settles_at_ms }),
-            Settled::ClockAhead {
-                allowed_ms,
-                store_now_ms,
-            } => {
-                return Ok(ClaimOutcome::ClockAhead {
-                    allowed_ms,
-                    store_now_ms,
-                })
-            }
+            Ok(floor_ms) => floor_ms,
+            Err(outcome) => return Ok(outcome),
         };
         if let Some((machine_id, last_timestamp)) =
-            self.own(holder, &held_by, safe_guard_ms, now_ms, watermark_ms)?
+            self.own(holder, &held_by, safe_guard_ms, safe_guard_at, watermark_ms)?
         {
             return Ok(claimed(
                 machine_id,

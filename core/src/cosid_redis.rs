@@ -37,6 +37,7 @@
 //! Times are the claimer's wall clock, as in CosId.
 
 use crate::cosid_jdbc::holder_text;
+use crate::lease::LONGEST_SAFE_GUARD_MS;
 use crate::protocol::{
     ClaimOutcome, ClaimedHow, Holder, LeaseStore, Param, Readiness, Renewed, StoreError,
 };
@@ -97,6 +98,11 @@ local function clock_now()
     local time = redis.call('time')
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
+-- Whether a holder's clock runs further ahead of this server's than the lead the settling's
+-- floor counts on (its watermark is its clock plus its safe guard).
+local function too_far_ahead(watermark, safe_guard, now, lead)
+    return watermark - safe_guard - now > lead
+end
 -- Until when this server may have forgotten claims (Redis's clock, Unix ms; nil when it does
 -- not say its run id or its replication id): it started (without its data, perhaps), or took another replication
 -- history (a promoted replica) since cosid last looked. Its run id, replication id, when the
@@ -155,9 +161,7 @@ local watermark = tonumber(ARGV[4])
 local safe_guard = tonumber(ARGV[5])
 local lead = tonumber(ARGV[6])
 local now = clock_now()
--- The settling's floor counts on this bound (the watermark is the claimer's clock plus its
--- safe guard).
-if watermark - safe_guard - now > lead then
+if too_far_ahead(watermark, safe_guard, now, lead) then
     return {-3, lead, now}
 end
 
@@ -260,7 +264,7 @@ pub const RENEW_LUA: &str = concat!(
 local now = clock_now()
 local safe_guard = tonumber(ARGV[4])
 local lead = tonumber(ARGV[5])
-if tonumber(ARGV[3]) - safe_guard - now > lead then
+if too_far_ahead(tonumber(ARGV[3]), safe_guard, now, lead) then
     return 0
 end
 local settles_at = store_settles_at(now, safe_guard, lead)
@@ -310,10 +314,6 @@ return 1
 /// refused beyond (a claim answers that the clock is ahead, a renewal is lost). The default of
 /// cosid's own store (`cosid.store_settings.max_clock_lead`).
 pub const MAX_CLOCK_LEAD_MS: i64 = 1_000;
-
-/// The longest safe guard a Redis server settles for, as cosid's own store (a day; the longest
-/// `cosid.safe_guard_duration`).
-pub const LONGEST_SAFE_GUARD_MS: u64 = 86_400_000;
 
 /// The key CosId passes its scripts: the namespace as a Redis Cluster hash tag.
 pub fn hash_tag(namespace: &str) -> String {

@@ -7,6 +7,7 @@
 
 use super::row::{check_epoch, Context, Kind, Setting};
 use cosid_core::layout;
+use cosid_core::lease::LONGEST_SAFE_GUARD_MS;
 use pgrx::{GucFlags, GucSetting, PostgresGucEnum};
 use std::ffi::{CStr, CString};
 
@@ -152,9 +153,8 @@ pub(super) static SETTINGS: [Setting; 21] = [
                 a namespace.",
         kind: Kind::Int {
             value: &SAFE_GUARD_DURATION,
-            // A day: what the lease stores accept, and what they settle for after forgetting.
             min: 1,
-            max: 86_400_000,
+            max: LONGEST_SAFE_GUARD_MS as i32,
         },
         context: Context::Reload,
         flags: GucFlags::UNIT_MS,

@@ -168,6 +168,10 @@ pub fn no_lease_refusal(
     }
 }
 
+/// The longest safe guard: a day, what the lease stores accept and the longest they settle for
+/// after forgetting claims (`cosid.safe_guard_duration`'s upper bound).
+pub const LONGEST_SAFE_GUARD_MS: u64 = 86_400_000;
+
 /// The lease timing settings, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseTiming {
