@@ -34,6 +34,13 @@ STEP_TIMES := target/test-step-times.txt
 # Runs $(2) and records its time under the name $(1); the shell exits with $(2)'s status if it
 # fails (also inside a loop).
 timed = start=$$(date +%s); $(2) || exit $$?; echo "$$(( $$(date +%s) - start )) $(1)" >> $(STEP_TIMES)
+# The packages that make test's package tests install (tests/cluster/test_package.py), made
+# right after each version's build, which they reuse (a few seconds each).
+TEST_PACKAGES := target/test-packages
+# The build of 0.1.0's library (make old-versions). make test runs it beside the builds of each
+# version, which keep one processor busy for long stretches (the crates that depend on
+# pgrx-pg-sys come one after another); it has a cargo target folder of its own.
+OLD_VERSIONS_BUILD = (cd tests && PG_CONFIG="$$(../scripts/pg-config.sh 15)" python3 -m helpers.old_versions)
 # The upgrade tests need 0.1.0's library on PostgreSQL 15.
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 
@@ -79,13 +86,19 @@ test:
 	@mkdir -p target && rm -f $(STEP_TIMES)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,unit tests (core),$(MAKE) --no-print-directory unit-test)
-	@set -e; for version in $(TESTED_PG); do \
+	@set -e; rm -rf $(TEST_PACKAGES); \
+	( $(call timed,build of 0.1.0 for the upgrade tests (beside the next),$(OLD_VERSIONS_BUILD) \
+		> target/old-versions.log 2>&1) ) & old=$$!; \
+	trap 'kill $$old 2>/dev/null' EXIT; \
+	for version in $(TESTED_PG); do \
 		$(call timed,build and install for PostgreSQL $$version,$(MAKE) --no-print-directory \
 			install PG=$$version PG_CONFIG="$$(scripts/pg-config.sh $$version)"); \
-	done
-	@$(call timed,build of 0.1.0 for the upgrade tests,$(MAKE) --no-print-directory old-versions)
-	cd tests && python3 suite.py --versions "$(TESTED_PG)" --jobs $(TEST_JOBS) \
-		--steps ../$(STEP_TIMES) $(TIERS)
+		$(call timed,packages for PostgreSQL $$version,COSID_PACKAGE_DIR=$(TEST_PACKAGES) \
+			scripts/package.sh "$$(scripts/pg-config.sh $$version)" >/dev/null); \
+	done; \
+	wait $$old || { cat target/old-versions.log; exit 1; }; trap - EXIT
+	cd tests && COSID_PACKAGE_DIR=$(CURDIR)/$(TEST_PACKAGES) python3 suite.py \
+		--versions "$(TESTED_PG)" --jobs $(TEST_JOBS) --steps ../$(STEP_TIMES) $(TIERS)
 
 # The edit-and-test loop, on one version (PG, 15 by default): the lints of that version, the unit
 # tests, the build, and the SQL golden files and cluster tests; not the fault and load tier.
@@ -104,7 +117,7 @@ unit-test:
 # The library of 0.1.0 for the upgrade tests, which run it on PostgreSQL 15 only (the version it
 # was released for), built once into target/old-versions (tests/helpers/old_versions.py).
 old-versions: setup
-	cd tests && PG_CONFIG="$$(../scripts/pg-config.sh 15)" python3 -m helpers.old_versions
+	$(OLD_VERSIONS_BUILD)
 
 # Formatting once; clippy for each tested version's feature (pgrx's bindings differ; LINT_PG
 # names fewer), through scripts/no-headers.sh for a version whose build has no server headers

@@ -87,7 +87,10 @@ stage() {
     pkglib=$("$pg_config" --pkglibdir)
     share=$("$pg_config" --sharedir)
     rm -rf "$pkgout" "$dest"
-    (cd "$ROOT" && "$ROOT/scripts/no-headers.sh" "$pg_config" cargo pgrx package \
+    # The build without SOURCE_DATE_EPOCH, as make install builds: openssl-sys's build script
+    # tracks it, and a value make install's build did not see would rebuild the crates that
+    # depend on it (a minute per version) instead of reusing that build.
+    (cd "$ROOT" && env -u SOURCE_DATE_EPOCH "$ROOT/scripts/no-headers.sh" "$pg_config" cargo pgrx package \
         --no-default-features --features "pg$3" --pg-config "$pg_config" --out-dir "$pkgout")
     put "$pkgout$pkglib/cosid.so" "$dest/lib/cosid.so"
     strip --remove-section=.comment --remove-section=.note --strip-unneeded "$dest/lib/cosid.so"
