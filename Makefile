@@ -44,7 +44,8 @@ OLD_VERSIONS_BUILD = (cd tests && PG_CONFIG="$$(../scripts/pg-config.sh 15)" pyt
 # The upgrade tests need 0.1.0's library on PostgreSQL 15.
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
 
-.PHONY: setup build-setup run-setup install sql run stop test quick unit-test old-versions lint integration-test \
+.PHONY: setup build-setup run-setup install sql run stop test test-builds test-packages \
+	old-versions-beside quick unit-test old-versions lint integration-test \
 	test-faults fault-run plot bench package
 
 # Everything the tests need (scripts/setup.sh); make install needs only build-setup.
@@ -86,19 +87,32 @@ test:
 	@mkdir -p target && rm -f $(STEP_TIMES)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,unit tests (core),$(MAKE) --no-print-directory unit-test)
-	@set -e; rm -rf $(TEST_PACKAGES); \
-	( $(call timed,build of 0.1.0 for the upgrade tests (beside the next),$(OLD_VERSIONS_BUILD) \
-		> target/old-versions.log 2>&1) ) & old=$$!; \
-	trap 'kill $$old 2>/dev/null' EXIT; \
-	for version in $(TESTED_PG); do \
-		$(call timed,build and install for PostgreSQL $$version,$(MAKE) --no-print-directory \
-			install PG=$$version PG_CONFIG="$$(scripts/pg-config.sh $$version)"); \
-		$(call timed,packages for PostgreSQL $$version,COSID_PACKAGE_DIR=$(TEST_PACKAGES) \
-			scripts/package.sh "$$(scripts/pg-config.sh $$version)" >/dev/null); \
-	done; \
-	wait $$old || { cat target/old-versions.log; exit 1; }; trap - EXIT
+	@set -e; setsid $(MAKE) --no-print-directory old-versions-beside & old=$$!; \
+	trap 'kill -- -$$old 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	$(MAKE) --no-print-directory test-builds; \
+	wait $$old; trap - EXIT
 	cd tests && COSID_PACKAGE_DIR=$(CURDIR)/$(TEST_PACKAGES) python3 suite.py \
 		--versions "$(TESTED_PG)" --jobs $(TEST_JOBS) --steps ../$(STEP_TIMES) $(TIERS)
+
+# make test's builds: for each tested version, the build and install, then its packages for the
+# package tests (made from that build: a few seconds).
+test-builds:
+	rm -rf $(TEST_PACKAGES)
+	@set -e; for version in $(TESTED_PG); do \
+		$(call timed,build and install for PostgreSQL $$version,$(MAKE) --no-print-directory \
+			install PG=$$version PG_CONFIG="$$(scripts/pg-config.sh $$version)"); \
+		$(call timed,packages for PostgreSQL $$version,$(MAKE) --no-print-directory \
+			test-packages PG=$$version); \
+	done
+
+test-packages:
+	COSID_PACKAGE_DIR=$(CURDIR)/$(TEST_PACKAGES) scripts/package.sh "$(TEST_PG_CONFIG)" >/dev/null
+
+# 0.1.0's library, built beside make test's builds (in a session of its own, which make test
+# stops if they fail), its output in a log shown if it fails.
+old-versions-beside:
+	@$(call timed,0.1.0 for the upgrade tests (beside),$(OLD_VERSIONS_BUILD) \
+		> target/old-versions.log 2>&1 || { cat target/old-versions.log; exit 1; })
 
 # The edit-and-test loop, on one version (PG, 15 by default): the lints of that version, the unit
 # tests, the build, and the SQL golden files and cluster tests; not the fault and load tier.

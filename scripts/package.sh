@@ -25,13 +25,21 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${COSID_PACKAGE_DIR:-$ROOT/target/packages}
+# An absolute path: the steps below run in folders of their own.
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 WORK="$OUT/build"
 VERSION=$(sed -n '/^version = /{s/^version = "\(.*\)"$/\1/p;q}' "$ROOT/Cargo.toml")
 DEB_REVISION=1
 MAINTAINER=${DEB_MAINTAINER:-cosid maintainers <maintainers@cosid.invalid>}
 ARCH=$(uname -m)
 DEB_ARCH=$(dpkg --print-architecture)
-# Every file gets the time of the last commit, so that two builds of one commit are equal.
+# Every file gets the time of the last commit, so that two builds of one commit are equal. The
+# build itself sees SOURCE_DATE_EPOCH only if it was given (cargo_env): openssl-sys's build script
+# tracks it, and a value make install's build did not see would rebuild the crates that depend
+# on it (a minute per version) instead of reusing that build.
+cargo_env=()
+[ -n "${SOURCE_DATE_EPOCH:-}" ] || cargo_env=(-u SOURCE_DATE_EPOCH)
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}
 export SOURCE_DATE_EPOCH
 
@@ -87,10 +95,7 @@ stage() {
     pkglib=$("$pg_config" --pkglibdir)
     share=$("$pg_config" --sharedir)
     rm -rf "$pkgout" "$dest"
-    # The build without SOURCE_DATE_EPOCH, as make install builds: openssl-sys's build script
-    # tracks it, and a value make install's build did not see would rebuild the crates that
-    # depend on it (a minute per version) instead of reusing that build.
-    (cd "$ROOT" && env -u SOURCE_DATE_EPOCH "$ROOT/scripts/no-headers.sh" "$pg_config" cargo pgrx package \
+    (cd "$ROOT" && env "${cargo_env[@]}" "$ROOT/scripts/no-headers.sh" "$pg_config" cargo pgrx package \
         --no-default-features --features "pg$3" --pg-config "$pg_config" --out-dir "$pkgout")
     put "$pkgout$pkglib/cosid.so" "$dest/lib/cosid.so"
     strip --remove-section=.comment --remove-section=.note --strip-unneeded "$dest/lib/cosid.so"

@@ -27,6 +27,7 @@ any job failed. A job is never run again: a test that fails once has failed.
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,8 +123,11 @@ class Job:
         self.result_file.unlink(missing_ok=True)
         env = {**os.environ, "PG_CONFIG": pg_config, "COSID_TEST_JOB": str(self.number),
                "COSID_TEST_RESULT": str(self.result_file), "PYTHONUNBUFFERED": "1"}
+        # A job of BESIDE runs at the lowest priority from its start.
+        nice = ["nice", "-n", "19"] if self.id in BESIDE else []
         with open(self.log, "w") as log:
-            self.process = subprocess.Popen([sys.executable, "run.py", "-v", self.id], cwd=TESTS,
+            self.process = subprocess.Popen([*nice, sys.executable, "run.py", "-v", self.id],
+                                            cwd=TESTS,
                                             env=env, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         self.started = time.monotonic()
@@ -254,8 +258,9 @@ def processor_use(before, after):
     if before is None or after is None or after[3] <= before[3]:
         return "processor use: unknown"
     busy, nice, idle, total = (a - b for a, b in zip(after, before))
-    return (f"processors: {100 * busy / total:.0f}% busy at normal priority, "
-            f"{100 * nice / total:.0f}% at low priority (niced), {100 * idle / total:.0f}% idle")
+    return (f"the machine's processors: {100 * busy / total:.0f}% busy at normal priority (and in "
+            f"the kernel), {100 * nice / total:.0f}% at low priority (niced), "
+            f"{100 * idle / total:.0f}% idle")
 
 
 def report(done, versions, tiers, slots, wall_s, steps, processors):
@@ -281,7 +286,7 @@ def report(done, versions, tiers, slots, wall_s, steps, processors):
                   f"{wall:>6.0f} s{busy:>6.0f} s")
     print(f"  (wall: from a tier's first job's start to its last one's end on that version; busy:"
           f" the sum of its jobs' times)\n  every tier and version side by side: {len(done)} "
-          f"jobs, at most {slots} at a time (and {len(BESIDE)} beside them), in {wall_s:.0f} s;\n"
+          f"jobs, at most {slots} at a time (those of BESIDE beside them), in {wall_s:.0f} s;\n"
           f"  {processors}")
     return not failed
 
@@ -328,6 +333,8 @@ def main():
         return 0
     versions = args.versions.split()
     pg_configs = {version: pg_config_of(version) for version in versions}
+    # The clusters' initdb templates are made again for this run (tests/helpers/pgcluster.py).
+    shutil.rmtree(ROOT / "target" / "test-clusters" / "initdb-templates", ignore_errors=True)
     started = time.monotonic()
     processor_before = processor_times()
     jobs = plan(versions, tiers)

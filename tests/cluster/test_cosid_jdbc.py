@@ -404,7 +404,9 @@ class StoreSetUp(unittest.TestCase):
         """CosId's table alone: a cosid server claims nothing and says what is missing; with
         cosid's lease store installed and the least the docs give its role (EXECUTE on
         cosid.cosid_machine_settles_at() and USAGE on its schema), it claims."""
-        store = Cluster("jdbc-bare", free_port(24627), preload=False).init()
+        # Every statement logged: the test sees the server check the store again.
+        store = Cluster("jdbc-bare", free_port(24627), {"log_statement": "'all'"},
+                        preload=False).init()
         (store.data / "pg_hba.conf").write_text(
             f"host all {FLEET_ROLE} 127.0.0.1/32 scram-sha-256\n"
             "local all all trust\nhost all all 127.0.0.1/32 trust\n")
@@ -427,7 +429,11 @@ class StoreSetUp(unittest.TestCase):
         # The function alone, without the use of its schema, is not enough: still waiting.
         store.query("GRANT EXECUTE ON FUNCTION cosid.cosid_machine_settles_at(bigint) "
                     f"TO {FLEET_ROLE}")
-        server.query("SELECT pg_sleep(2)")
+        granted_at = len(store.log())
+        # Two of the server's checks of the store since the grant: the first one's answer is
+        # in the status by the time the second starts.
+        wait_for(lambda: store.log()[granted_at:].count("has_function_privilege(p.oid") >= 2,
+                 30, f"the server to check the store twice:\n{server.log()[-2000:]}")
         waiting = status(server)
         self.assertNotEqual(waiting["state"], "UP")
         self.assertIn("grant cosid_lease_holder", waiting["last_error"])

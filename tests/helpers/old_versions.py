@@ -6,8 +6,8 @@
 
     cd tests && PG_CONFIG=... python3 -m helpers.old_versions
 
-  `make test` builds it before the suite, while nothing else runs: built by the first test that
-  needs it, under the load of the others, it took ten minutes instead of two;
+  `make test` builds it before the suite, beside its builds of each version: built by the first
+  test that needs it, under the load of the others, it took ten minutes instead of two;
 - the SQL of released versions, which the tree does not keep: their install scripts
   (cosid--0.3.0.sql, lease_store--0.3.0.sql) and their update scripts as released, taken from
   the commits below (old_sql), and the extension's install scripts put into this PostgreSQL's

@@ -11,8 +11,8 @@ import contextlib
 import hashlib
 import os
 import pwd
-import random
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -115,7 +115,11 @@ class Cluster:
         self.base.mkdir(parents=True)
         chown_to_postgres(self.base)
         template = initdb_template(self.bin, self.initdb_options)
-        subprocess.run(["cp", "-a", template, self.data], check=True)
+        copied = subprocess.run(["cp", "-a", template, self.data], stderr=subprocess.PIPE,
+                                text=True)
+        if copied.returncode != 0:
+            raise RuntimeError(f"{self.name}: the copy of {template} failed:\n"
+                               f"{copied.stderr}\n{disk_space(CLUSTERS)}")
         give_new_system_identifier(self.data)
         self.write_settings()
         return self
@@ -399,35 +403,37 @@ def parse_error(stderr):
 
 
 # What initdb made for each PostgreSQL build and set of options, copied for each new cluster:
-# initdb took about 0.6 s of processor time, a third of what the suite's tests use.
+# initdb took about 0.6 s of processor time, a third of what the suite's tests use. tests/suite.py
+# removes them when it starts (a few initdb runs per version make them again).
 TEMPLATES = ROOT / "target" / "test-clusters" / "initdb-templates"
 
 
 def initdb_template(bin_dir, options):
-    """The data directory initdb makes with our options and `options`, made once (under a lock,
-    for the tests running side by side) per PostgreSQL build."""
+    """The data directory initdb makes with our options and `options`, made once per PostgreSQL
+    build (and user running the tests) under a lock, for the tests running side by side. It is
+    made in a folder of its own and renamed into place whole, so that a template that exists is
+    complete."""
     postgres = (Path(bin_dir) / "postgres").stat()
     key = hashlib.sha256(repr((str(bin_dir), postgres.st_size, postgres.st_mtime_ns,
-                               list(options))).encode()).hexdigest()[:16]
-    folder = TEMPLATES / key
-    data = folder / "data"
-    made = folder / "made"
-    if made.exists():
+                               list(options), os.geteuid())).encode()).hexdigest()[:16]
+    data = TEMPLATES / key / "data"
+    if data.exists():
         return data
     with exclusive(f"initdb-template-{key}"):
-        if made.exists():
+        if data.exists():
             return data
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        chown_to_postgres(folder)
+        making = TEMPLATES / f"{key}.making"
+        shutil.rmtree(making, ignore_errors=True)
+        making.mkdir(parents=True)
+        chown_to_postgres(making)
         result = subprocess.run(
-            as_postgres([Path(bin_dir) / "initdb", "-D", data, "-U", "postgres",
+            as_postgres([Path(bin_dir) / "initdb", "-D", making / "data", "-U", "postgres",
                          "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C", *options]),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"initdb failed ({result.returncode}):\n"
                                f"{result.stderr}\n{disk_space(TEMPLATES)}")
-        made.touch()
+        os.rename(making, TEMPLATES / key)
     return data
 
 
@@ -460,7 +466,7 @@ def give_new_system_identifier(data):
             break
     if crc_at is None:
         raise RuntimeError(f"{control}: no CRC-32C of its fields found")
-    new = ((int(time.time()) << 32) | random.getrandbits(32)).to_bytes(8, "little")
+    new = ((int(time.time()) << 32) | secrets.randbits(32)).to_bytes(8, "little")
     raw[:8] = new
     raw[crc_at:crc_at + 4] = crc32c(raw[:crc_at]).to_bytes(4, "little")
     patched = 0
