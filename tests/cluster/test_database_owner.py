@@ -4,6 +4,7 @@ timeouts that end them) are harmless, since the workers pin their own; and the s
 away (ALLOW_CONNECTIONS false, RENAME, DROP) are refused. What a store database's owner can still
 do is said in docs/security.md."""
 
+from helpers.generators import wait_generators_up
 from helpers.leases import lease_cluster, try_next, wait_up
 from helpers.owner import (ATTACHED_SETTINGS, make_owner, set_database_settings,
                            try_taking_it_away)
@@ -65,6 +66,9 @@ class DatabaseOwner(ClusterTest):
                 cluster.restart()
                 status = wait_up(cluster, timeout=60)
                 self.assertFalse(status["last_error"])
+                # The named generator leases its own machine id, after the default one's.
+                self.assertFalse(wait_generators_up(cluster, ["orders"], 60)["orders"]
+                                 ["last_error"])
                 # Every attached setting took its default: none was left with a warning.
                 self.assertNotIn("could not give the setting", cluster.log()[log_before:])
                 self.assertNotIn("could not take", cluster.log()[log_before:])
