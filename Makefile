@@ -37,9 +37,7 @@ timed = start=$$(date +%s); $(2) || exit $$?; echo "$$(( $$(date +%s) - start ))
 # The packages that make test's package tests install (tests/cluster/test_package.py), made
 # right after each version's build, which they reuse (a few seconds each).
 TEST_PACKAGES := target/test-packages
-# The build of 0.1.0's library (make old-versions). make test runs it beside the builds of each
-# version, which keep one processor busy for long stretches (the crates that depend on
-# pgrx-pg-sys come one after another); it has a cargo target folder of its own.
+# The build of 0.1.0's library (make old-versions), in a cargo target folder of its own.
 OLD_VERSIONS_BUILD = (cd tests && PG_CONFIG="$$(../scripts/pg-config.sh 15)" python3 -m helpers.old_versions)
 # The upgrade tests need 0.1.0's library on PostgreSQL 15.
 OLD_VERSIONS_FOR = $(if $(filter 15,$(1)),old-versions)
@@ -87,18 +85,20 @@ test:
 	@mkdir -p target && rm -f $(STEP_TIMES)
 	@$(call timed,lint,$(MAKE) --no-print-directory lint)
 	@$(call timed,unit tests (core),$(MAKE) --no-print-directory unit-test)
+	rm -rf $(TEST_PACKAGES)
+	@$(MAKE) --no-print-directory test-builds BUILD_PG="$(firstword $(TESTED_PG))"
 	@set -e; setsid $(MAKE) --no-print-directory old-versions-beside & old=$$!; \
 	trap 'kill -- -$$old 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
-	$(MAKE) --no-print-directory test-builds; \
+	$(MAKE) --no-print-directory test-builds BUILD_PG="$(wordlist 2,9,$(TESTED_PG))"; \
 	wait $$old; trap - EXIT
 	cd tests && COSID_PACKAGE_DIR=$(CURDIR)/$(TEST_PACKAGES) python3 suite.py \
 		--versions "$(TESTED_PG)" --jobs $(TEST_JOBS) --steps ../$(STEP_TIMES) $(TIERS)
 
-# make test's builds: for each tested version, the build and install, then its packages for the
-# package tests (made from that build: a few seconds).
+# make test's builds: for each version of BUILD_PG, the build and install, then its packages for
+# the package tests (made from that build: a few seconds).
+BUILD_PG ?= $(TESTED_PG)
 test-builds:
-	rm -rf $(TEST_PACKAGES)
-	@set -e; for version in $(TESTED_PG); do \
+	@set -e; for version in $(BUILD_PG); do \
 		$(call timed,build and install for PostgreSQL $$version,$(MAKE) --no-print-directory \
 			install PG=$$version PG_CONFIG="$$(scripts/pg-config.sh $$version)"); \
 		$(call timed,packages for PostgreSQL $$version,$(MAKE) --no-print-directory \
@@ -108,8 +108,10 @@ test-builds:
 test-packages:
 	COSID_PACKAGE_DIR=$(CURDIR)/$(TEST_PACKAGES) scripts/package.sh "$(TEST_PG_CONFIG)" >/dev/null
 
-# 0.1.0's library, built beside make test's builds (in a session of its own, which make test
-# stops if they fail), its output in a log shown if it fails.
+# 0.1.0's library, built beside make test's builds of the versions after the first, each of which
+# keeps one processor busy for long stretches (the crates that depend on pgrx-pg-sys come one
+# after another; the first version's build also compiles every other crate, on both). In a
+# session of its own, which make test stops if they fail; its output in a log shown if it fails.
 old-versions-beside:
 	@$(call timed,0.1.0 for the upgrade tests (beside),$(OLD_VERSIONS_BUILD) \
 		> target/old-versions.log 2>&1 || { cat target/old-versions.log; exit 1; })

@@ -433,8 +433,17 @@ def initdb_template(bin_dir, options):
         if result.returncode != 0:
             raise RuntimeError(f"initdb failed ({result.returncode}):\n"
                                f"{result.stderr}\n{disk_space(TEMPLATES)}")
+        # The WAL segment's zeros past initdb's records (12 of its 16 MB) as a hole, which
+        # reads as zeros and which cp keeps a hole: a third less to copy for each cluster.
+        subprocess.run(["fallocate", "--dig-holes", *wal_segments(making / "data")],
+                       check=False)
         os.rename(making, TEMPLATES / key)
     return data
+
+
+def wal_segments(data):
+    return [path for path in (data / "pg_wal").iterdir()
+            if re.fullmatch(r"[0-9A-F]{24}", path.name)]
 
 
 def crc32c(data, crc=0):
@@ -470,9 +479,7 @@ def give_new_system_identifier(data):
     raw[:8] = new
     raw[crc_at:crc_at + 4] = crc32c(raw[:crc_at]).to_bytes(4, "little")
     patched = 0
-    for segment in (data / "pg_wal").iterdir():
-        if not re.fullmatch(r"[0-9A-F]{24}", segment.name):
-            continue
+    for segment in wal_segments(data):
         with open(segment, "r+b") as wal:
             wal.seek(24)
             if wal.read(8) == old:
