@@ -78,20 +78,6 @@ pub fn open_default(
         Ok(previous) => previous,
         Err(why) => return Opening::Unusable(why),
     };
-    let generation = match read_generation() {
-        Ok(generation) => generation,
-        Err(why) => return Opening::Unusable(why),
-    };
-    if let Err(not_the_last) = history::check_generation(
-        previous.as_ref().map(|record| record.generation),
-        generation.as_ref().map(|record| record.generation),
-    ) {
-        return Opening::Unusable(format!(
-            "the history file \"{}\" {not_the_last} (\"{}\")",
-            local_state::path(HISTORY_FILE),
-            local_state::path(GENERATION_FILE)
-        ));
-    }
     if let Some(database) = history::leases_left_behind(previous.as_ref(), leases_in) {
         let why = format!(
             "the server did not stop cleanly while it leased its machine ids from the lease table of database \"{database}\", which it no longer leases from: the watermarks there are the only floors of the ids issued since, and machine ids would be new elsewhere"
@@ -190,8 +176,29 @@ impl DefaultNamespaces {
     }
 }
 
-/// The record in the history file: `None` when there is none (the first start).
+/// The record in the history file: `None` when there is none (the first start). A file the
+/// generation file says is not the last one written (deleted, or an older copy put back) is a
+/// history nobody knows, for every reader alike: the default generator's opening, and the
+/// checks of a named generator's namespace.
 pub fn read() -> Result<Option<HistoryRecord>, String> {
+    // The number first: a write between the two reads then leaves a file newer than the number,
+    // which is trusted, never one that looks older.
+    let written = read_generation()?.map(|generation| generation.generation);
+    let record = read_file()?;
+    history::check_generation(record.as_ref().map(|r| r.generation), written).map_err(
+        |not_the_last| {
+            format!(
+                "the history file \"{}\" {not_the_last} (\"{}\")",
+                local_state::path(HISTORY_FILE),
+                local_state::path(GENERATION_FILE)
+            )
+        },
+    )?;
+    Ok(record)
+}
+
+/// The history file's record as it is, unchecked against the generation file.
+fn read_file() -> Result<Option<HistoryRecord>, String> {
     match std::fs::read(HISTORY_FILE) {
         Ok(content) => HistoryRecord::parse(&content).map(Some).map_err(|why| {
             format!(

@@ -20,6 +20,11 @@
 //!   keeps generating after its renewals fail (its guarder only reports the failure), so an
 //!   expired Java row may still be in use. Rows cosid held expire as CosId's do.
 //! - A machine id beyond the claimer's machine bits is passed over, not taken.
+//! - A row counts only under the name CosId's key gives its machine id, and only while no other
+//!   row of the namespace has that machine id: anyone with CosId's grants can rename a row or
+//!   write a second one. A renewal (and a claim of its own row) checks both, so a holder whose
+//!   row was renamed, or given a twin, stops at its next renewal; a claim passes such a machine
+//!   id over instead of retrying it for good.
 //! - The database has cosid's lease store too (`lease_store.sql`), and a row is taken (the
 //!   claim's own one too) only as cosid's own store would hand one out: not while the store settles
 //!   after its identity changed (a promotion, a point-in-time recovery, a restore, a start of its
@@ -96,31 +101,57 @@ macro_rules! store_allows {
     };
 }
 
-const OWN_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_catalog.int8 \
-     FROM public.cosid_machine WHERE namespace = $1::pg_catalog.text \
-     AND instance_id = $2::pg_catalog.text AND last_timestamp > $3::pg_catalog.int8";
+/// That the row `m` is the one CosId's key names for its machine id, and the only row of its
+/// namespace with that machine id. Anyone with CosId's grants (`SELECT, INSERT, UPDATE` on the
+/// table) can rename a row, or write a second one for a machine id: a holder whose row is no
+/// longer so stops at its next renewal, and a claim passes such a machine id over, since which
+/// row tells its history is unknown.
+macro_rules! row_alone {
+    () => {
+        "m.name = m.namespace || '.' || CASE WHEN m.machine_id BETWEEN 0 AND 99999999 \
+         THEN pg_catalog.lpad(m.machine_id::pg_catalog.text, 8, '0') \
+         ELSE m.machine_id::pg_catalog.text END \
+         AND NOT EXISTS (SELECT FROM public.cosid_machine o WHERE o.namespace = m.namespace \
+         AND o.machine_id = m.machine_id AND o.name <> m.name)"
+    };
+}
 
-const GUARD_SQL: &str = concat!(
-    "UPDATE public.cosid_machine SET last_timestamp = $1::pg_catalog.int8 \
-     WHERE namespace = $2::pg_catalog.text AND instance_id = $3::pg_catalog.text \
-     AND machine_id = $4::pg_catalog.int4 AND ",
-    store_allows!("$5", "$1", "$6"),
-    " RETURNING machine_id::pg_catalog.int4"
+const OWN_SQL: &str = concat!(
+    "SELECT m.machine_id::pg_catalog.int4, m.last_timestamp::pg_catalog.int8 \
+     FROM public.cosid_machine m WHERE m.namespace = $1::pg_catalog.text \
+     AND m.instance_id = $2::pg_catalog.text AND m.last_timestamp > $3::pg_catalog.int8 AND ",
+    row_alone!()
 );
 
-const FREE_SQL: &str = "SELECT machine_id::pg_catalog.int4, last_timestamp::pg_catalog.int8, \
-     instance_id::pg_catalog.text FROM public.cosid_machine \
-     WHERE namespace = $1::pg_catalog.text \
-     AND (instance_id = '' OR last_timestamp <= $2::pg_catalog.int8) ORDER BY machine_id";
+const GUARD_SQL: &str = concat!(
+    "UPDATE public.cosid_machine m SET last_timestamp = $1::pg_catalog.int8 \
+     WHERE m.namespace = $2::pg_catalog.text AND m.instance_id = $3::pg_catalog.text \
+     AND m.machine_id = $4::pg_catalog.int4 AND ",
+    row_alone!(),
+    " AND ",
+    store_allows!("$5", "$1", "$6"),
+    " RETURNING m.machine_id::pg_catalog.int4"
+);
+
+const FREE_SQL: &str = concat!(
+    "SELECT m.machine_id::pg_catalog.int4, m.last_timestamp::pg_catalog.int8, \
+     m.instance_id::pg_catalog.text FROM public.cosid_machine m \
+     WHERE m.namespace = $1::pg_catalog.text \
+     AND (m.instance_id = '' OR m.last_timestamp <= $2::pg_catalog.int8) AND ",
+    row_alone!(),
+    " ORDER BY m.machine_id"
+);
 
 const TAKE_SQL: &str = concat!(
-    "UPDATE public.cosid_machine \
+    "UPDATE public.cosid_machine m \
      SET instance_id = $1::pg_catalog.text, last_timestamp = $2::pg_catalog.int8, \
-     distribute_time = $3::pg_catalog.int8 WHERE name = $4::pg_catalog.text \
-     AND (instance_id = '' OR last_timestamp <= $5::pg_catalog.int8) \
-     AND instance_id = $6::pg_catalog.text AND last_timestamp = $7::pg_catalog.int8 AND ",
+     distribute_time = $3::pg_catalog.int8 WHERE m.name = $4::pg_catalog.text \
+     AND (m.instance_id = '' OR m.last_timestamp <= $5::pg_catalog.int8) \
+     AND m.instance_id = $6::pg_catalog.text AND m.last_timestamp = $7::pg_catalog.int8 AND ",
+    row_alone!(),
+    " AND ",
     store_allows!("$8", "$2", "false"),
-    " RETURNING machine_id::pg_catalog.int4"
+    " RETURNING m.machine_id::pg_catalog.int4"
 );
 
 const NEXT_SQL: &str = "SELECT COALESCE(pg_catalog.max(machine_id) + 1, 0)::pg_catalog.int8 \
@@ -130,7 +161,9 @@ const INSERT_SQL: &str = concat!(
     "INSERT INTO public.cosid_machine (name, namespace, machine_id, \
      last_timestamp, instance_id, distribute_time, revert_time) \
      SELECT $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4, \
-     $4::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.int8, 0 WHERE ",
+     $4::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.int8, 0 WHERE NOT EXISTS \
+     (SELECT FROM public.cosid_machine o WHERE o.namespace = $2::pg_catalog.text \
+     AND o.machine_id = $3::pg_catalog.int4) AND ",
     store_allows!("$7", "$4", "false"),
     " ON CONFLICT (name) DO NOTHING \
      RETURNING machine_id::pg_catalog.int4"

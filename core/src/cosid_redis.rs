@@ -24,6 +24,10 @@
 //! - A machine id beyond the claimer's machine bits, or one another entry holds, is passed over
 //!   (an expired entry of cosid's too, when a second entry holds its machine id); a renewal or
 //!   release checks the machine id as well as the holder.
+//! - A renewal (and a claim that finds its own entry) checks that no other entry holds its
+//!   machine id: anyone who may write CosId's keys can add one (or put a deleted entry back
+//!   after another claim took the machine id), and then both holders stop at their next
+//!   renewal, never both renew. A released entry for the machine id it holds is deleted.
 //! - An entry that is not `"<machine id>|<stamp>"` stops every claim of the namespace with an
 //!   error naming it: which machine id it holds is unknown.
 //! - A claim (of its own entry too) waits while the Redis server may have forgotten claims, and a
@@ -89,6 +93,21 @@ local function parse(entry)
 end
 local function hold(holder, machine_id, stamp)
     redis.call('hset', held, holder, string.format('%d|%d', machine_id, stamp))
+end
+-- Whether an entry other than `holder`'s holds `machine_id` (or cannot be read: which machine id
+-- it holds is unknown). Anyone who may write CosId's keys can add one: a holder that finds one
+-- stops, since the other may have issued ids under it.
+local function held_elsewhere(holder, machine_id)
+    local entries = redis.call('hgetall', held)
+    for i = 1, #entries, 2 do
+        if entries[i] ~= holder then
+            local other = parse(entries[i + 1])
+            if other == nil or other == machine_id then
+                return true
+            end
+        end
+    end
+    return false
 end
 local function keep_floor(holder, stamp, settles_at)
     redis.call('hset', floors, holder, string.format('%d|%d', stamp, settles_at))
@@ -180,7 +199,8 @@ local own = redis.call('hget', held, holder)
 local own_machine_id, own_stamp
 if own then
     own_machine_id, own_stamp = parse(own)
-    if own_machine_id and own_stamp and own_stamp > safe_guard_at then
+    if own_machine_id and own_stamp and own_stamp > safe_guard_at
+            and not held_elsewhere(holder, own_machine_id) then
         hold(holder, own_machine_id, math.max(own_stamp, watermark))
         -- The stamp is this claim's own watermark: the floor it found is kept apart, with the
         -- end of the settling it claimed after (or this one's, if later).
@@ -190,10 +210,12 @@ if own then
 end
 
 -- An own entry that expired is released (its claim issued no id: its answer never came), and
--- the claim goes on as any other.
+-- the claim goes on as any other; one whose machine id another entry holds too is only dropped.
 if own_machine_id and own_stamp then
     redis.call('hdel', held, holder)
     redis.call('hdel', floors, holder)
+end
+if own_machine_id and own_stamp and not held_elsewhere(holder, own_machine_id) then
     local kept = tonumber(redis.call('hget', released, own_machine_id)) or 0
     redis.call('hset', released, string.format('%d', own_machine_id),
         string.format('%d', math.max(kept, own_stamp)))
@@ -279,9 +301,11 @@ if not entry then
     return 0
 end
 local machine_id, stamp = parse(entry)
-if machine_id ~= tonumber(ARGV[2]) or not stamp then
+if machine_id ~= tonumber(ARGV[2]) or not stamp or held_elsewhere(ARGV[1], machine_id) then
     return 0
 end
+-- A release of a machine id this claim holds is not one: taken, it would be used twice.
+redis.call('hdel', released, string.format('%d', machine_id))
 hold(ARGV[1], machine_id, math.max(stamp, tonumber(ARGV[3])))
 -- A renewal follows the claim's answer: its floor is no longer needed.
 redis.call('hdel', floors, ARGV[1])

@@ -15,7 +15,8 @@ from helpers.cosid_java import JavaCosId, MachineIdOverflow, distribute_or_error
 from helpers.fleet import (COSID_MACHINE_SQL, FLEET_PASSWORD, FLEET_ROLE, LEASE_SQL,
                            add_cosid_machine, fleet_server, start_store)
 from helpers.leases import FAST_LEASES, SAFE_GUARD_S, machine_of, ts_ms_of
-from helpers.pgcluster import Cluster, SqlError, chown_to_postgres, free_port, wait_for
+from helpers.pgcluster import (Cluster, SqlError, chown_to_postgres, free_port, query_as,
+                               wait_for)
 from helpers.shared_namespace import (assert_unique, generate, ids_of, holder_pattern,
                                       named_generator_beside, refuses, status, store_ids,
                                       wait_state)
@@ -397,6 +398,62 @@ class CosidJdbc(unittest.TestCase):
         total = self.assert_unique(server)
         print(f"\n  back {(ts_ms_of(min(after)) - restarted_ms) / 1000:.1f} s after the store "
               f"started again (safe guard {SAFE_GUARD_S} s); {total} ids", end=" ")
+
+
+    def co_tenant(self, sql):
+        """Runs SQL as a role with exactly the grants CosId's services need on its table."""
+        if not self.store.query("SELECT 1 FROM pg_roles WHERE rolname = 'cosid_java'"):
+            self.store.query("CREATE ROLE cosid_java LOGIN; "
+                             "GRANT SELECT, INSERT, UPDATE ON public.cosid_machine TO cosid_java")
+        return query_as(self.store, "cosid_java", sql)
+
+    def test_a_renamed_row_and_a_released_twin_are_never_taken(self):
+        """A co-tenant with CosId's grants renames the row server A holds and inserts a
+        released row for machine id 0 under the old name (before, server B took machine id 0
+        and both renewed for good: 218,681 equal ids). B passes machine id 0 over (two rows
+        have it), A's next renewal finds its row renamed and stops at once, and both come back
+        on machine ids of their own."""
+        a = self.server("jdbc-ra", 24630)
+        self.assertEqual(wait_state(a, "UP")["machine_id"], "0")
+        self.co_tenant("UPDATE cosid_machine SET name = 'cosid.renamed' WHERE machine_id = 0; "
+                       "INSERT INTO cosid_machine VALUES ('cosid.00000000', 'cosid', 0, 1, '', "
+                       "0, 0)")
+        b = self.server("jdbc-rb", 24631)
+        b_machine = wait_state(b, "UP")["machine_id"]
+        self.assertNotEqual(b_machine, "0", "a machine id two rows have was taken")
+        # A stops at its next renewal (every 0.5 s), and claims again: back within a bound
+        # several times the renewal interval and the safe guard.
+        started = time.monotonic()
+        wait_for(lambda: status(a).get("machine_id") not in ("0", None)
+                 and status(a)["state"] == "UP", 30,
+                 f"A to claim again:\n{a.log()[-2000:]}")
+        print(f"\n  A back on machine id {status(a)['machine_id']} in "
+              f"{time.monotonic() - started:.1f} s", end=" ")
+        self.assertIn("lost", a.log())
+        self.assertNotEqual(status(a)["machine_id"], b_machine)
+        for server, source in ((a, "a"), (b, "b")):
+            generate(server, 20_000, source)
+        store_ids(a, "b", ids_of(b, "b"))
+        self.assertEqual(self.assert_unique(a), 40_000)
+
+    def test_a_released_row_for_a_held_machine_id_blocks_no_claim(self):
+        """A co-tenant inserts a released row for the machine id server A holds, under another
+        name (before, server B stayed CLAIMING for good: "other claims kept changing the lease
+        table"). B claims another machine id; A, whose machine id now has a twin, stops at
+        its next renewal and claims another one; both generate, 0 equal ids."""
+        a = self.server("jdbc-ta", 24632)
+        self.assertEqual(wait_state(a, "UP")["machine_id"], "0")
+        self.co_tenant("INSERT INTO cosid_machine VALUES ('cosid.twin', 'cosid', 0, 1, '', 0, 0)")
+        b = self.server("jdbc-tb", 24633)
+        b_machine = wait_state(b, "UP", timeout=30)["machine_id"]
+        self.assertNotEqual(b_machine, "0")
+        wait_for(lambda: status(a).get("machine_id") not in ("0", None)
+                 and status(a)["state"] == "UP", 30, f"A to claim again:\n{a.log()[-2000:]}")
+        self.assertNotEqual(status(a)["machine_id"], b_machine)
+        for server, source in ((a, "a"), (b, "b")):
+            generate(server, 20_000, source)
+        store_ids(a, "b", ids_of(b, "b"))
+        self.assertEqual(self.assert_unique(a), 40_000)
 
 
 class StoreSetUp(unittest.TestCase):

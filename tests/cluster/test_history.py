@@ -260,6 +260,81 @@ class DefaultGeneratorHistory(ClusterTest):
         self.assertIsNotNone(
             wait_for(lambda: try_next(cluster, "SELECT cosid_next('fresh')")[0], 30, "fresh"))
 
+    def test_a_named_generator_is_refused_while_the_history_is_missing_or_older(self):
+        # The finding: with cosid.history deleted, or an older copy put back, cosid_next()
+        # refused but cosid_create_generator() in a namespace the default generator had used
+        # was accepted (478,387 and 1,609,924 duplicates): its check read the file alone, and a
+        # missing file read as a first start. Both now read it checked against cosid.generation.
+        fixed = {"cosid.distributor": "'manual'", "cosid.machine_id": "7"}
+        cluster = self.track(Cluster("history-named-copy", free_port(25189),
+                                     {**fixed, "cosid.namespace": "'first'"}).init())
+        cluster.start()
+        cluster.query("CREATE EXTENSION cosid")
+        cluster.query("SELECT cosid_next()")
+        cluster.stop()
+        history = cluster.data / "cosid.history"
+        before_orders = history.read_bytes()
+        cluster.settings = {**fixed, "cosid.namespace": "'orders'"}
+        cluster.write_settings()
+        cluster.start()
+        default_ids = []
+        started = time.monotonic()
+        while time.monotonic() - started < 2:
+            default_ids += [int(v) for v in cluster.query(
+                "SELECT cosid_next() FROM generate_series(1, 2000)").split()]
+        cluster.stop()
+        cluster.settings = {**fixed, "cosid.namespace": "'web'"}
+        cluster.write_settings()
+        cluster.start()
+        cluster.stop()
+        last = history.read_bytes()
+        middle_ms = ts_ms_of(default_ids[len(default_ids) // 2])
+
+        def create_legacy(name):
+            """The named generator in 'orders' with an epoch that dates this moment's ids as
+            the middle of the default generator's: its ids if it was created, else the error."""
+            epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
+            epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+            try:
+                cluster.query(f"SELECT cosid_create_generator('{name}', namespace => 'orders', "
+                              f"epoch => '{epoch.isoformat(timespec='milliseconds')}')")
+            except SqlError as error:
+                return [], error
+            first = wait_for(lambda: try_next(cluster, f"SELECT cosid_next('{name}')")[0], 30,
+                             f"generator {name}")
+            return [first] + [int(v) for v in cluster.query(
+                f"SELECT cosid_next('{name}') FROM generate_series(1, 100000)").split()], None
+
+        for case, put_back in (("deleted", None), ("an older copy", before_orders)):
+            with self.subTest(case):
+                if put_back is None:
+                    history.unlink()
+                else:
+                    history.write_bytes(put_back)
+                cluster.start()
+                try:
+                    legacy_ids, refusal = create_legacy("legacy")
+                    if refusal is None:
+                        cluster.query("SELECT cosid_drop_generator('legacy')")
+                finally:
+                    cluster.stop()
+                repeated = len(set(legacy_ids) & set(default_ids))
+                self.assertEqual(repeated, 0, f"{repeated} of {len(legacy_ids)} ids issued again")
+                self.assertIsNotNone(refusal, "created while the history was " + case)
+                self.assertEqual(refusal.sqlstate, "55000", refusal.stderr)
+                self.assertIn("cannot tell whether the default generator used this namespace",
+                              refusal.message)
+                self.assertIn("cosid.generation", refusal.stderr)
+        # The last one back: refused as a namespace the default generator used, and a
+        # namespace it never used is created and generates.
+        history.write_bytes(last)
+        cluster.start()
+        _, refusal = create_legacy("legacy")
+        self.assertEqual(refusal.sqlstate, "22023", refusal.stderr)
+        cluster.query("SELECT cosid_create_generator('fresh', namespace => 'fresh')")
+        self.assertIsNotNone(
+            wait_for(lambda: try_next(cluster, "SELECT cosid_next('fresh')")[0], 30, "fresh"))
+
     def test_the_default_generator_in_a_namespace_a_named_generator_used(self):
         # The default generator opens in a namespace a named generator of this server used only
         # with that namespace's layout, and then above its last id. Machine id 7 of 'shop' was
