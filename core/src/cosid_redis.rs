@@ -28,8 +28,9 @@
 //!   machine id: anyone who may write CosId's keys can add one (or put a deleted entry back
 //!   after another claim took the machine id), and then both holders stop at their next
 //!   renewal, never both renew. A released entry for the machine id it holds is deleted.
-//! - An entry that is not `"<machine id>|<stamp>"` stops every claim of the namespace with an
-//!   error naming it: which machine id it holds is unknown.
+//! - An entry that is not `"<machine id>|<stamp>"` stops every claim and renewal of the
+//!   namespace with an error naming it: which machine id it holds is unknown (a holder then
+//!   stops at its deadline).
 //! - A claim (of its own entry too) waits while the Redis server may have forgotten claims, and a
 //!   renewal goes through then only for a holder that still generates: for the longest safe
 //!   guard a claimer gave, at most a day (and the lead a holder's clock may have had) after
@@ -94,20 +95,27 @@ end
 local function hold(holder, machine_id, stamp)
     redis.call('hset', held, holder, string.format('%d|%d', machine_id, stamp))
 end
--- Whether an entry other than `holder`'s holds `machine_id` (or cannot be read: which machine id
--- it holds is unknown). Anyone who may write CosId's keys can add one: a holder that finds one
--- stops, since the other may have issued ids under it.
+-- The error of an entry that is not "<machine id>|<stamp>": which machine id it holds is unknown.
+local function unreadable(entry_holder)
+    return redis.error_reply('COSID the entry of ' .. entry_holder .. ' in ' .. held ..
+        ' is not a machine id and a stamp: cosid cannot tell which machine id it holds')
+end
+-- Whether an entry other than `holder`'s holds `machine_id`, and the holder of the first entry
+-- that cannot be read, if any. Anyone who may write CosId's keys can add one: a holder that
+-- finds one stops, since the other may have issued ids under it.
 local function held_elsewhere(holder, machine_id)
     local entries = redis.call('hgetall', held)
+    local elsewhere = false
     for i = 1, #entries, 2 do
-        if entries[i] ~= holder then
-            local other = parse(entries[i + 1])
-            if other == nil or other == machine_id then
-                return true
-            end
+        local other = parse(entries[i + 1])
+        if other == nil then
+            return true, entries[i]
+        end
+        if entries[i] ~= holder and other == machine_id then
+            elsewhere = true
         end
     end
-    return false
+    return elsewhere, nil
 end
 local function keep_floor(holder, stamp, settles_at)
     redis.call('hset', floors, holder, string.format('%d|%d', stamp, settles_at))
@@ -192,15 +200,27 @@ if settles_at > now then
     return {-2, settles_at, now}
 end
 
+-- Every entry, and how many hold each machine id: an entry that cannot be read stops the
+-- claim, since which machine id it holds is unknown.
+local entries = redis.call('hgetall', held)
+local holders = {}
+for i = 1, #entries, 2 do
+    local machine_id, stamp = parse(entries[i + 1])
+    if not machine_id or not stamp then
+        return unreadable(entries[i])
+    end
+    holders[machine_id] = (holders[machine_id] or 0) + 1
+end
+
 -- The claim's own entry (its answer was lost) while it has not expired, once the server has
--- settled: that it has not expired is this claimer's judgement, and a claimer whose clock runs
--- ahead may have taken it in a history the server forgot.
+-- settled, and while no other entry holds its machine id: that it has not expired is this
+-- claimer's judgement, and a claimer whose clock runs ahead may have taken it in a history
+-- the server forgot.
 local own = redis.call('hget', held, holder)
 local own_machine_id, own_stamp
 if own then
     own_machine_id, own_stamp = parse(own)
-    if own_machine_id and own_stamp and own_stamp > safe_guard_at
-            and not held_elsewhere(holder, own_machine_id) then
+    if own_stamp > safe_guard_at and holders[own_machine_id] == 1 then
         hold(holder, own_machine_id, math.max(own_stamp, watermark))
         -- The stamp is this claim's own watermark: the floor it found is kept apart, with the
         -- end of the settling it claimed after (or this one's, if later).
@@ -211,25 +231,18 @@ end
 
 -- An own entry that expired is released (its claim issued no id: its answer never came), and
 -- the claim goes on as any other; one whose machine id another entry holds too is only dropped.
-if own_machine_id and own_stamp then
+if own_machine_id then
     redis.call('hdel', held, holder)
     redis.call('hdel', floors, holder)
-end
-if own_machine_id and own_stamp and not held_elsewhere(holder, own_machine_id) then
-    local kept = tonumber(redis.call('hget', released, own_machine_id)) or 0
-    redis.call('hset', released, string.format('%d', own_machine_id),
-        string.format('%d', math.max(kept, own_stamp)))
-end
-
-local entries = redis.call('hgetall', held)
-local holders = {}
-for i = 1, #entries, 2 do
-    local machine_id, stamp = parse(entries[i + 1])
-    if not machine_id or not stamp then
-        return redis.error_reply('COSID the entry of ' .. entries[i] .. ' in ' .. held ..
-            ' is not a machine id and a stamp: cosid cannot tell which machine id it holds')
+    local others = holders[own_machine_id] - 1
+    if others > 0 then
+        holders[own_machine_id] = others
+    else
+        holders[own_machine_id] = nil
+        local kept = tonumber(redis.call('hget', released, own_machine_id)) or 0
+        redis.call('hset', released, string.format('%d', own_machine_id),
+            string.format('%d', math.max(kept, own_stamp)))
     end
-    holders[machine_id] = (holders[machine_id] or 0) + 1
 end
 
 local reverted = redis.call('hgetall', released)
@@ -260,7 +273,8 @@ end
 for i = 1, #entries, 2 do
     local previous = entries[i]
     local machine_id, stamp = parse(entries[i + 1])
-    if stamp <= safe_guard_at and machine_id >= 0 and machine_id <= max_machine_id
+    if previous ~= holder and stamp <= safe_guard_at and machine_id >= 0
+            and machine_id <= max_machine_id
             and holders[machine_id] == 1
             and string.match(previous, '^cosid%-' .. string.rep('%x', 16) .. '@') then
         redis.call('hdel', held, previous)
@@ -301,7 +315,14 @@ if not entry then
     return 0
 end
 local machine_id, stamp = parse(entry)
-if machine_id ~= tonumber(ARGV[2]) or not stamp or held_elsewhere(ARGV[1], machine_id) then
+if machine_id ~= tonumber(ARGV[2]) or not stamp then
+    return 0
+end
+local elsewhere, unknown = held_elsewhere(ARGV[1], machine_id)
+if unknown then
+    return unreadable(unknown)
+end
+if elsewhere then
     return 0
 end
 -- A release of a machine id this claim holds is not one: taken, it would be used twice.

@@ -445,7 +445,7 @@ class CosidJdbc(unittest.TestCase):
         self.assertEqual(wait_state(a, "UP")["machine_id"], "0")
         self.co_tenant("INSERT INTO cosid_machine VALUES ('cosid.twin', 'cosid', 0, 1, '', 0, 0)")
         b = self.server("jdbc-tb", 24633)
-        b_machine = wait_state(b, "UP", timeout=30)["machine_id"]
+        b_machine = wait_state(b, "UP")["machine_id"]
         self.assertNotEqual(b_machine, "0")
         wait_for(lambda: status(a).get("machine_id") not in ("0", None)
                  and status(a)["state"] == "UP", 30, f"A to claim again:\n{a.log()[-2000:]}")

@@ -333,26 +333,33 @@ class CosidRedis(unittest.TestCase):
     def test_an_entry_put_back_after_another_claim_stops_both_holders(self):
         """A co-tenant that may write CosId's keys deletes server A's entry, puts machine id 0
         into the released hash, lets server B take it, and puts A's entry back (before, both
-        renewed for good: 1,289,349 equal ids). Each renewal now finds the other entry on its
-        machine id: both stop at their next renewal and claim again, on machine ids of their
-        own, and never share one again."""
+        renewed for good: 1,289,349 equal ids). A's lease worker is halted meanwhile, so that
+        B, not A's next renewal, takes machine id 0. Each renewal now finds the other entry on
+        its machine id: both stop and claim again, on machine ids of their own, and never
+        share one again."""
         a = self.server("redis-pa", 24656)
         self.assertEqual(wait_state(a, "UP")["machine_id"], "0")
         held, released = "cosid:{cosid}:itc_idx", "cosid:{cosid}:revert"
         [(a_holder, a_entry)] = [(holder, value) for holder, value in zip(
             *[iter(self.redis.call("HGETALL", held))] * 2) if COSID_HOLDER.match(holder)]
+        worker = a.worker_pid()
+        os.kill(worker, signal.SIGSTOP)
+        self.addCleanup(resume, worker)
         self.redis.call("HDEL", held, a_holder)
         self.redis.call("HSET", released, "0", "1")
         b = self.server("redis-pb", 24657)
-        wait_for(lambda: any(holder != a_holder and state[0] == 0
-                             for holder, state in self.entries().items()), 60,
-                 f"B to take machine id 0:\n{b.log()[-2000:]}")
+        self.assertEqual(wait_state(b, "UP")["machine_id"], "0")
+        b_holders = [holder for holder, state in self.entries().items()
+                     if re.match(holder_pattern(b), holder) and state[0] == 0]
+        self.assertEqual(len(b_holders), 1, self.entries())
         self.redis.call("HSET", held, a_holder, a_entry)
+        resume(worker)
         started = time.monotonic()
         wait_for(lambda: all(status(s).get("state") == "UP"
                              and status(s)["machine_id"] not in ("0", None) for s in (a, b)),
-                 30, f"both to claim again:\n{a.log()[-1500:]}\n{b.log()[-1500:]}")
+                 60, f"both to claim again:\n{a.log()[-1500:]}\n{b.log()[-1500:]}")
         print(f"\n  both back in {time.monotonic() - started:.1f} s", end=" ")
+        self.assertIn("was lost", b.log(), "B stopped by its renewal")
         self.assertNotEqual(status(a)["machine_id"], status(b)["machine_id"])
         for server, source in ((a, "a"), (b, "b")):
             generate(server, 20_000, source)
