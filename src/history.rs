@@ -16,6 +16,8 @@ use cosid_core::history::{self, HistoryRecord, Verdict};
 use cosid_core::layout::Layout;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 pub use crate::local_state::{GENERATION_FILE, HISTORY_FILE};
@@ -146,27 +148,31 @@ pub fn open_default(
     }
 }
 
-/// The namespaces the default generator ever issued ids in: its namespace now, and those its
-/// history records. A named generator in one could repeat them, whatever its layout or machine
-/// id.
+/// The namespaces the default generator ever issued ids in: its namespace now, those its
+/// history records, and those `cosid.default_namespace` in `cosid.database` records (the
+/// copy a standby, a point-in-time recovery or `pg_upgrade` carries, where the file stays
+/// behind). A named generator in one could repeat them, whatever its layout or machine id.
 pub struct DefaultNamespaces {
     current: String,
+    recorded: Vec<String>,
     history: Result<Option<HistoryRecord>, String>,
 }
 
 impl DefaultNamespaces {
-    /// Reads the history once, for any number of questions.
-    pub fn read(current: &str) -> DefaultNamespaces {
+    /// Reads the history once, for any number of questions; `recorded` is what
+    /// [`recorded_in_database`] read.
+    pub fn read(current: &str, recorded: Vec<String>) -> DefaultNamespaces {
         DefaultNamespaces {
             current: current.to_string(),
+            recorded,
             history: read(),
         }
     }
 
     /// Whether the default generator used `namespace`; a history that cannot be read answers
-    /// with why.
+    /// with why, unless the database's record says so already.
     pub fn used(&self, namespace: &str) -> Result<bool, String> {
-        if namespace == self.current {
+        if namespace == self.current || self.recorded.iter().any(|used| used == namespace) {
             return Ok(true);
         }
         match &self.history {
@@ -329,4 +335,98 @@ pub fn floor_ahead_ms(slot: &crate::shmem::GeneratorSlot) -> Option<i64> {
     // The first tick an id may have is the one after the floor's.
     let first_ms = layout.ticks_to_unix_ms(floor_ticks.saturating_add(1).min(layout.max_ticks()));
     (first_ms > unix_ms_now()).then_some(first_ms)
+}
+
+/// Whether `cosid.default_namespace` is the extension's own table in this database: a role that
+/// may create schemas could otherwise plant one that a superuser session would write to.
+const RECORD_TABLE_INSTALLED: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_depend d \
+     JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid \
+     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid \
+     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+     AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
+     AND d.deptype OPERATOR(pg_catalog.=) 'e' AND e.extname OPERATOR(pg_catalog.=) 'cosid' \
+     AND c.relkind OPERATOR(pg_catalog.=) 'r' AND n.nspname OPERATOR(pg_catalog.=) 'cosid' \
+     AND c.relname OPERATOR(pg_catalog.=) 'default_namespace')";
+
+/// Set once this process has copied the history's definitions into `cosid.default_namespace`:
+/// the history changes only as the server starts and stops.
+static RECORDED_IN_DATABASE: AtomicBool = AtomicBool::new(false);
+
+/// Copies every namespace and layout the history records into `cosid.default_namespace` of
+/// `cosid.database`, once per process, by the process that manages named generators: WAL
+/// carries the table where the file stays behind (a physical standby and its promotion, a
+/// point-in-time recovery, `pg_upgrade`, a restore of both files from an older backup), and a
+/// named generator is never created, nor run, in one of its namespaces. Nothing on a standby,
+/// whose table follows its primary's, nor while the extension is not installed there (tried
+/// again at the next call). A history that cannot be read copies nothing: the default
+/// generator refuses then.
+pub fn record_in_database() -> Result<(), String> {
+    // SAFETY: RecoveryInProgress only reads shared state.
+    if RECORDED_IN_DATABASE.load(Ordering::Relaxed) || unsafe { pg_sys::RecoveryInProgress() } {
+        return Ok(());
+    }
+    let Ok(Some(record)) = read() else {
+        return Ok(());
+    };
+    let definitions: Vec<(String, String)> = record
+        .definitions()
+        .into_iter()
+        .map(|(namespace, layout)| (namespace.to_string(), layout.describe()))
+        .collect();
+    let written = crate::store::local::in_transaction(
+        std::time::Duration::from_millis(500),
+        move |client| {
+            if !record_table_installed(client)? {
+                return Ok(false);
+            }
+            for (namespace, layout) in &definitions {
+                let args: Vec<pgrx::datum::DatumWithOid> =
+                    vec![namespace.as_str().into(), layout.as_str().into()];
+                client
+                    .update(
+                        "INSERT INTO cosid.default_namespace (namespace, layout) \
+                         VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                        None,
+                        &args,
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(true)
+        },
+    )?;
+    RECORDED_IN_DATABASE.store(written, Ordering::Relaxed);
+    Ok(())
+}
+
+fn record_table_installed(client: &SpiClient<'_>) -> Result<bool, String> {
+    Ok(client
+        .select(RECORD_TABLE_INSTALLED, None, &[])
+        .map_err(|e| e.to_string())?
+        .first()
+        .get::<bool>(1)
+        .map_err(|e| e.to_string())?
+        .unwrap_or(false))
+}
+
+/// The namespaces `cosid.default_namespace` records, in this database's transaction (none where
+/// the extension's table is not installed).
+pub fn recorded_in_database(client: &SpiClient<'_>) -> Result<Vec<String>, String> {
+    if !record_table_installed(client)? {
+        return Ok(Vec::new());
+    }
+    let mut namespaces = Vec::new();
+    for row in client
+        .select(
+            "SELECT DISTINCT namespace FROM cosid.default_namespace",
+            None,
+            &[],
+        )
+        .map_err(|e| e.to_string())?
+    {
+        if let Some(namespace) = row.get::<String>(1).map_err(|e| e.to_string())? {
+            namespaces.push(namespace);
+        }
+    }
+    Ok(namespaces)
 }

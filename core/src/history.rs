@@ -323,6 +323,18 @@ impl HistoryRecord {
         }
     }
 
+    /// Every namespace and layout the record names, this definition's first: the definitions
+    /// under which the default generator may have issued ids.
+    pub fn definitions(&self) -> Vec<(&str, &LayoutRecord)> {
+        std::iter::once((self.namespace.as_str(), &self.layout))
+            .chain(
+                self.past
+                    .iter()
+                    .map(|past| (past.namespace.as_str(), &past.layout)),
+            )
+            .collect()
+    }
+
     /// Whether the default generator ever issued ids in `namespace`, under this definition or
     /// an earlier one.
     pub fn used(&self, namespace: &str) -> bool {

@@ -57,6 +57,25 @@ INSERT INTO cosid.generator_name (name, namespace, first_used_at)
 ALTER TABLE cosid.generator ADD CONSTRAINT generator_keeps_its_names_namespace
     FOREIGN KEY (name, namespace) REFERENCES cosid.generator_name (name, namespace);
 
+-- Every namespace the server's default generator issued ids in, with its layout, as the data
+-- directory's cosid.history records it: kept here too, since a copy of the database carries
+-- it where the file stays behind (a promoted standby, a point-in-time recovery, pg_upgrade, both
+-- files put back from an older backup), and a named generator in one of them could repeat the
+-- default generator's ids. The worker that manages named generators adds the history's
+-- namespaces each time it starts.
+CREATE TABLE cosid.default_namespace (
+    namespace     text        NOT NULL,
+    layout        text        NOT NULL,
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (namespace, layout)
+);
+COMMENT ON TABLE cosid.default_namespace IS 'Every namespace and layout the default cosid generator of this server issued ids in (the data directory''s cosid.history, kept where copies of the database carry it). Rows cannot be deleted: no named generator is created in these namespaces.';
+CREATE TRIGGER default_namespace_kept BEFORE DELETE ON cosid.default_namespace
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER default_namespace_not_truncated BEFORE TRUNCATE ON cosid.default_namespace
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+SELECT pg_catalog.pg_extension_config_dump('cosid.default_namespace', '');
+
 -- The catalog comments of the store's new and changed functions (see src/sql/comments.rs).
 COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text, boolean) IS 'Lease protocol: claims a machine id of a namespace for a holder, which then waits for the returned watermark; answers settling while the store settles after its identity changed. Called by the cosid background worker.';
 COMMENT ON FUNCTION cosid.lease_claim(text, integer, text, boolean, bigint, text, bigint, text) IS 'Lease protocol: the claim as servers of cosid 0.2.0 to 0.4.0 call it, answering contended while the store settles.';

@@ -85,12 +85,16 @@ pub(super) fn check_namespace(namespace: &str, default_namespace: &str) -> Resul
         .detail("Each generator holds its own machine id in its own namespace; cosid.namespace is the default generator's.")
         .hint("Choose another namespace."));
     }
-    match crate::history::DefaultNamespaces::read(default_namespace).used(namespace) {
+    let recorded = Spi::connect(|client| crate::history::recorded_in_database(client));
+    let used = recorded.and_then(|recorded| {
+        crate::history::DefaultNamespaces::read(default_namespace, recorded).used(namespace)
+    });
+    match used {
         Ok(false) => Ok(()),
         Ok(true) => Err(CosidError::invalid_argument(format!(
             "namespace {quoted} was the default generator's"
         ))
-        .detail("The default generator issued ids in this namespace under an earlier cosid.namespace, as the data directory's cosid.history records; a named generator there could issue them again, whatever its layout or machine id.")
+        .detail("The default generator issued ids in this namespace under an earlier cosid.namespace, as the data directory's cosid.history or the table cosid.default_namespace records; a named generator there could issue them again, whatever its layout or machine id.")
         .hint("Choose another namespace.")),
         Err(why) => Err(CosidError::prerequisite(
             "cosid cannot tell whether the default generator used this namespace",

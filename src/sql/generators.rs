@@ -106,6 +106,24 @@ CREATE TRIGGER generator_namespace_not_truncated BEFORE TRUNCATE ON cosid.genera
 COMMENT ON FUNCTION cosid.generator_history_guard() IS 'Trigger of cosid.generator_name and cosid.generator_namespace: refuses DELETE and TRUNCATE, since a name keeps its namespace and a namespace its layout.';
 REVOKE ALL ON FUNCTION cosid.generator_history_guard() FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
+-- Every namespace the server's default generator issued ids in, with its layout, as the data
+-- directory's cosid.history records it: kept here too, since a copy of the database carries
+-- it where the file stays behind (a promoted standby, a point-in-time recovery, pg_upgrade, both
+-- files put back from an older backup), and a named generator in one of them could repeat the
+-- default generator's ids. The worker that manages named generators adds the history's
+-- namespaces each time it starts.
+CREATE TABLE cosid.default_namespace (
+    namespace     text        NOT NULL,
+    layout        text        NOT NULL,
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (namespace, layout)
+);
+COMMENT ON TABLE cosid.default_namespace IS 'Every namespace and layout the default cosid generator of this server issued ids in (the data directory''s cosid.history, kept where copies of the database carry it). Rows cannot be deleted: no named generator is created in these namespaces.';
+CREATE TRIGGER default_namespace_kept BEFORE DELETE ON cosid.default_namespace
+    FOR EACH ROW EXECUTE FUNCTION cosid.generator_history_guard();
+CREATE TRIGGER default_namespace_not_truncated BEFORE TRUNCATE ON cosid.default_namespace
+    FOR EACH STATEMENT EXECUTE FUNCTION cosid.generator_history_guard();
+SELECT pg_catalog.pg_extension_config_dump('cosid.default_namespace', '');
 "#,
     name = "generator_tables",
     // After the lease table's own dump registration: the extension's list of dumped tables

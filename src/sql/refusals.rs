@@ -250,7 +250,7 @@ pub(super) fn history_error(slot: &shmem::GeneratorSlot) -> Option<CosidError> {
                 ))
                 .hint(if crate::local_state::missing_after_upgrade(crate::history::HISTORY_FILE) {
                     format!(
-                        "Copy {files} from the data directory pg_upgrade upgraded from into this one, and restart the server; then delete {marker}, last. If the old directory has no {file} (cosid before 0.5.0), delete {marker} once the other files are in place, and restart the server. If it is lost, so is the record of the namespaces and layouts the default generator used: delete {marker} only once you are sure this server's clock is past the timestamp of every id the old server issued, with cosid.namespace and the layout settings as they were before the upgrade, and never create a named generator in a namespace the default generator used before it.",
+                        "Copy {files} from the data directory pg_upgrade upgraded from into this one, and restart the server; then delete {marker}, last. If the old directory has no {file} (cosid before 0.5.0), delete {marker} once the other files are in place, and restart the server. If it is lost, so are the last ids the history records: delete {marker} only once you are sure this server's clock is past the timestamp of every id the old server issued, with cosid.namespace and the layout settings as they were before the upgrade.",
                         files = crate::local_state::copied_after_upgrade(),
                         file = crate::history::HISTORY_FILE,
                         marker = crate::local_state::UPGRADE_MARKER

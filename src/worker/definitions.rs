@@ -34,7 +34,7 @@ pub struct Row {
 /// The rows of `cosid.generator` (none when the extension is not installed in this database),
 /// and the names of those not used because their layout is not their namespace's.
 pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skipped>), String> {
-    let raw = store::local::in_transaction(READ_TIMEOUT, |client| {
+    let (raw, recorded) = store::local::in_transaction(READ_TIMEOUT, |client| {
         // Only the extension's own tables: in a database without the extension, a role that
         // may create schemas could otherwise plant a "cosid.generator" that this superuser
         // session would read (a view running the planter's code).
@@ -60,8 +60,9 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             .map_err(|e| e.to_string())?
             .unwrap_or(false);
         if !installed {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
+        let recorded = crate::history::recorded_in_database(client)?;
         // The extension's SQL of 0.4.0 (not updated yet) has no threshold column: its
         // generators take their layouts' thresholds.
         let has_threshold = client
@@ -135,11 +136,11 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
                 threshold,
             ));
         }
-        Ok(rows)
+        Ok((rows, recorded))
     })?;
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    let default_namespaces = crate::history::DefaultNamespaces::read(default_namespace);
+    let default_namespaces = crate::history::DefaultNamespaces::read(default_namespace, recorded);
     let leases_left_behind = crate::history::leases_left_behind().is_some();
     for (
         (name, namespace),
@@ -211,7 +212,7 @@ pub fn read_definitions(default_namespace: &str) -> Result<(Vec<Row>, Vec<Skippe
             Ok(true) => {
                 skipped.push((
                     name,
-                    "its namespace is the default generator's, now (cosid.namespace) or before (cosid.history); drop it and create it under a new namespace",
+                    "its namespace is the default generator's, now (cosid.namespace) or before (cosid.history, cosid.default_namespace); drop it and create it under a new namespace",
                 ));
                 continue;
             }

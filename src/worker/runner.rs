@@ -189,6 +189,13 @@ impl<'a> Runner<'a> {
         let Some(named) = self.named else {
             return;
         };
+        // The default generator's namespaces, copied where the database's copies carry them,
+        // before any definition is read.
+        if let Err(why) = crate::history::record_in_database() {
+            self.note(format!(
+                "cosid: could not record the default generator's namespaces in cosid.default_namespace: {why}"
+            ));
+        }
         // Read before the definitions: every creation counted here is in what is read.
         let creations = shmem::creations_committed();
         let rows = match read_definitions(&self.settings.namespace) {

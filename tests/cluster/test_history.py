@@ -12,6 +12,7 @@ from helpers.clients import LoopingClients, duplicates
 from helpers.faults import fake_clock, set_clock_offset
 from helpers.leases import FAST_LEASES, lease_cluster, try_next, ts_ms_of, wait_up
 from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_for
+from helpers.replication import start_standby
 
 COSID_EPOCH = "2019-12-24T16:00:00Z"
 EPOCH_MS = 1_577_203_200_000
@@ -274,6 +275,7 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.stop()
         history = cluster.data / "cosid.history"
         before_orders = history.read_bytes()
+        generation_before_orders = (cluster.data / "cosid.generation").read_bytes()
         cluster.settings = {**fixed, "cosid.namespace": "'orders'"}
         cluster.write_settings()
         cluster.start()
@@ -286,45 +288,69 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.settings = {**fixed, "cosid.namespace": "'web'"}
         cluster.write_settings()
         cluster.start()
+        wait_for(lambda: cluster.query("SELECT count(*) FROM cosid.default_namespace "
+                                       "WHERE namespace = 'orders'") == "1", 30,
+                 "the history's namespaces in cosid.default_namespace")
         cluster.stop()
         last = history.read_bytes()
+        last_generation = (cluster.data / "cosid.generation").read_bytes()
         middle_ms = ts_ms_of(default_ids[len(default_ids) // 2])
 
-        def create_legacy(name):
+        def create_legacy(name, namespace="orders"):
             """The named generator in 'orders' with an epoch that dates this moment's ids as
             the middle of the default generator's: its ids if it was created, else the error."""
             epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
             epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
             try:
-                cluster.query(f"SELECT cosid_create_generator('{name}', namespace => 'orders', "
+                cluster.query(f"SELECT cosid_create_generator('{name}', "
+                              f"namespace => '{namespace}', "
                               f"epoch => '{epoch.isoformat(timespec='milliseconds')}')")
             except SqlError as error:
                 return [], error
+            if namespace != "orders":
+                cluster.query(f"SELECT cosid_drop_generator('{name}')")
+                return [], None
             first = wait_for(lambda: try_next(cluster, f"SELECT cosid_next('{name}')")[0], 30,
                              f"generator {name}")
             return [first] + [int(v) for v in cluster.query(
                 f"SELECT cosid_next('{name}') FROM generate_series(1, 100000)").split()], None
 
-        for case, put_back in (("deleted", None), ("an older copy", before_orders)):
+        generation = cluster.data / "cosid.generation"
+        for case, put_back in (("deleted", None), ("an older copy", (before_orders, None)),
+                               ("an older copy with its generation file",
+                                (before_orders, generation_before_orders))):
             with self.subTest(case):
                 if put_back is None:
                     history.unlink()
                 else:
-                    history.write_bytes(put_back)
+                    history.write_bytes(put_back[0])
+                    if put_back[1] is not None:
+                        generation.write_bytes(put_back[1])
                 cluster.start()
                 try:
                     legacy_ids, refusal = create_legacy("legacy")
                     if refusal is None:
                         cluster.query("SELECT cosid_drop_generator('legacy')")
+                    _, unknown = create_legacy(f"u{len(case)}", namespace=f"unknown_{len(case)}")
                 finally:
                     cluster.stop()
                 repeated = len(set(legacy_ids) & set(default_ids))
                 self.assertEqual(repeated, 0, f"{repeated} of {len(legacy_ids)} ids issued again")
                 self.assertIsNotNone(refusal, "created while the history was " + case)
-                self.assertEqual(refusal.sqlstate, "55000", refusal.stderr)
+                # cosid.database's record answers for the namespace the default generator used.
+                self.assertEqual(refusal.sqlstate, "22023", refusal.stderr)
+                self.assertIn("cosid.default_namespace", refusal.stderr)
+                if put_back is not None and put_back[1] is not None:
+                    # The two files agree: another namespace is created.
+                    self.assertIsNone(unknown, "the files put back together are read")
+                    continue
+                # For a namespace it does not record, the file decides, and cannot be read.
+                self.assertIsNotNone(unknown, "created while the history was " + case)
+                self.assertEqual(unknown.sqlstate, "55000", unknown.stderr)
                 self.assertIn("cannot tell whether the default generator used this namespace",
-                              refusal.message)
-                self.assertIn("cosid.generation", refusal.stderr)
+                              unknown.message)
+                self.assertIn("cosid.generation", unknown.stderr)
+        generation.write_bytes(last_generation)
         # The last one back: refused as a namespace the default generator used, and a
         # namespace it never used is created and generates.
         history.write_bytes(last)
@@ -334,6 +360,61 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.query("SELECT cosid_create_generator('fresh', namespace => 'fresh')")
         self.assertIsNotNone(
             wait_for(lambda: try_next(cluster, "SELECT cosid_next('fresh')")[0], 30, "fresh"))
+
+    def test_a_promoted_standby_knows_the_namespaces_its_primary_used(self):
+        # The finding: a standby made while the default generator ran in 'first', promoted
+        # after the primary had issued ids in 'orders' and moved to 'web': its cosid.history is
+        # the base backup's, and a named generator in 'orders' with a later epoch was accepted
+        # there (3,508,383 ids issued again). cosid.default_namespace reached it through WAL.
+        fixed = {"cosid.distributor": "'manual'", "cosid.machine_id": "7"}
+        primary = self.track(Cluster("history-primary", free_port(25191),
+                                     {**fixed, "cosid.namespace": "'first'"}).init())
+        primary.start()
+        primary.query("CREATE EXTENSION cosid")
+        primary.query("SELECT cosid_next()")
+        standby = self.track(start_standby(primary, "history-standby", 25193, preload=True))
+        primary.stop()
+        primary.settings = {**fixed, "cosid.namespace": "'orders'"}
+        primary.write_settings()
+        primary.start()
+        default_ids = []
+        started = time.monotonic()
+        while time.monotonic() - started < 2:
+            default_ids += [int(v) for v in primary.query(
+                "SELECT cosid_next() FROM generate_series(1, 2000)").split()]
+        primary.stop()
+        primary.settings = {**fixed, "cosid.namespace": "'web'"}
+        primary.write_settings()
+        primary.start()
+        lsn = primary.query("SELECT pg_current_wal_lsn()")
+        wait_for(lambda: standby.query(
+            f"SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn") == "t", 30, "the standby")
+        primary.stop()
+        standby.query("SELECT pg_promote()")
+        wait_for(lambda: standby.query("SELECT pg_is_in_recovery()") == "f", 30, "the promotion")
+        middle_ms = ts_ms_of(default_ids[len(default_ids) // 2])
+        epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
+        epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+        legacy_ids = []
+        refusal = None
+        try:
+            standby.query(f"SELECT cosid_create_generator('legacy', namespace => 'orders', "
+                          f"epoch => '{epoch.isoformat(timespec='milliseconds')}')")
+            legacy = wait_for(lambda: try_next(standby, "SELECT cosid_next('legacy')")[0], 30,
+                              "generator legacy")
+            legacy_ids = [legacy] + [int(v) for v in standby.query(
+                "SELECT cosid_next('legacy') FROM generate_series(1, 200000)").split()]
+        except SqlError as error:
+            refusal = error
+        repeated = len(set(legacy_ids) & set(default_ids))
+        self.assertEqual(repeated, 0, f"{repeated} of {len(legacy_ids)} ids issued again")
+        self.assertIsNotNone(refusal, "a named generator was created in the primary's namespace")
+        self.assertEqual(refusal.sqlstate, "22023", refusal.stderr)
+        self.assertIn("cosid.default_namespace", refusal.stderr)
+        # A namespace the primary never used is created on the promoted server, and generates.
+        standby.query("SELECT cosid_create_generator('fresh', namespace => 'fresh')")
+        self.assertIsNotNone(
+            wait_for(lambda: try_next(standby, "SELECT cosid_next('fresh')")[0], 30, "fresh"))
 
     def test_the_default_generator_in_a_namespace_a_named_generator_used(self):
         # The default generator opens in a namespace a named generator of this server used only

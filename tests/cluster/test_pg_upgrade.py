@@ -223,6 +223,57 @@ class PgUpgrade(ClusterTest):
         new = self.upgrade(old, 18, 26047, preload_while_upgrading=True)
         self.assert_refused_until_the_files_are_copied(old, new, issued)
 
+    def test_the_default_generators_namespaces_survive_a_lost_old_directory(self):
+        """The old server's default generator issued ids in 'orders', then moved to 'web'; after
+        pg_upgrade the old data directory is lost, and the mark deleted as the message allows
+        then (before, a named generator in 'orders' with a later epoch was then accepted:
+        2,372,954 ids issued again). cosid.default_namespace, which pg_upgrade carries,
+        still says that the default generator used 'orders': refused (22023)."""
+        name = "pg-upgrade-lost"
+        old = self.track(Cluster(name, free_port(26050), {**FIXED, "cosid.namespace": "'orders'"},
+                                 bin_dir=bin_dir(15), initdb_options=initdb_options(15)).init())
+        old.start()
+        old.query("CREATE EXTENSION cosid")
+        issued = ids(old, "default")
+        old.stop()
+        old.settings = {**FIXED, "cosid.namespace": "'web'"}
+        old.write_settings()
+        old.start()
+        wait_for(lambda: old.query("SELECT count(*) FROM cosid.default_namespace "
+                                   "WHERE namespace = 'orders'") == "1", 30,
+                 "the history's namespaces in cosid.default_namespace")
+        if old.query("SELECT count(*) FROM pg_attribute WHERE attrelid >= 16384 "
+                     "AND attoptions::text LIKE '%pg_attver=%'") != "0":
+            old.query("UPDATE pg_attribute SET attoptions = (SELECT array_agg(o) FROM "
+                      "unnest(attoptions) o WHERE o NOT LIKE 'pg_attver=%') "
+                      "WHERE attrelid >= 16384 AND attoptions::text LIKE '%pg_attver=%'")
+        old.stop()
+        new = self.upgrade(old, 16, 26052, preload_while_upgrading=True)
+        new.settings = {**FIXED, "cosid.namespace": "'web'"}
+        new.write_settings()
+        # The old directory is lost: nothing is copied, the mark is deleted.
+        shutil.rmtree(old.data)
+        (new.data / "cosid.upgraded").unlink()
+        new.start()
+        middle_ms = (issued[len(issued) // 2] >> 22) + 1_577_203_200_000
+        epoch_ms = 1_577_203_200_000 + int(time.time() * 1000) - middle_ms
+        epoch = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms // 1000))
+        epoch += f".{epoch_ms % 1000:03d}Z"
+        legacy = []
+        refusal = None
+        try:
+            new.query(f"SELECT cosid_create_generator('legacy', namespace => 'orders', "
+                      f"epoch => '{epoch}')")
+            wait_for_answer(new, "SELECT cosid_next('legacy')", ("55P03", "42704"))
+            legacy = ids(new, "legacy")
+        except SqlError as error:
+            refusal = error
+        repeated = len(set(legacy) & set(issued))
+        self.assertEqual(repeated, 0, f"{repeated} of {len(legacy)} ids issued again")
+        self.assertIsNotNone(refusal, "a named generator was created in the default's namespace")
+        self.assertEqual(refusal.sqlstate, "22023", refusal.stderr)
+        self.assertIn("cosid.default_namespace", refusal.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

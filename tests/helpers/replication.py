@@ -11,10 +11,10 @@ import subprocess
 from .pgcluster import PG_BIN, Cluster, as_postgres, chown_to_postgres, free_port, wait_for
 
 
-def start_standby(primary, name, port, synchronous=False):
+def start_standby(primary, name, port, synchronous=False, preload=False):
     """A hot standby of `primary`, streaming from it; with `synchronous`, the primary's commits
-    wait for it (synchronous_standby_names)."""
-    standby = Cluster(name, free_port(port), dict(primary.settings), preload=False)
+    wait for it (synchronous_standby_names); with `preload`, a cosid server as its primary is."""
+    standby = Cluster(name, free_port(port), dict(primary.settings), preload=preload)
     if standby.base.exists():
         standby.stop(check=False)
         shutil.rmtree(standby.base)
