@@ -85,7 +85,7 @@ pub(super) fn check_namespace(namespace: &str, default_namespace: &str) -> Resul
         .detail("Each generator holds its own machine id in its own namespace; cosid.namespace is the default generator's.")
         .hint("Choose another namespace."));
     }
-    let recorded = Spi::connect(|client| crate::history::recorded_in_database(client));
+    let recorded = Spi::connect(crate::history::recorded_in_database);
     let used = recorded.and_then(|recorded| {
         crate::history::DefaultNamespaces::read(default_namespace, recorded).used(namespace)
     });
