@@ -11,7 +11,7 @@ import time
 from helpers.clients import LoopingClients, duplicates
 from helpers.faults import fake_clock, set_clock_offset
 from helpers.leases import FAST_LEASES, lease_cluster, try_next, ts_ms_of, wait_up
-from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_for
+from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_for, wait_recorded
 from helpers.replication import start_standby
 
 COSID_EPOCH = "2019-12-24T16:00:00Z"
@@ -288,9 +288,7 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.settings = {**fixed, "cosid.namespace": "'web'"}
         cluster.write_settings()
         cluster.start()
-        wait_for(lambda: cluster.query("SELECT count(*) FROM cosid.default_namespace "
-                                       "WHERE namespace = 'orders'") == "1", 30,
-                 "the history's namespaces in cosid.default_namespace")
+        wait_recorded(cluster, "orders")
         cluster.stop()
         last = history.read_bytes()
         last_generation = (cluster.data / "cosid.generation").read_bytes()

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from helpers.faults import fake_clock
 from helpers.pgcluster import (PG_MAJOR, ROOT, Cluster, ClusterTest, SqlError, as_postgres,
-                               chown_to_postgres, free_port, wait_for, wait_for_answer)
+                               chown_to_postgres, free_port, wait_for, wait_for_answer,
+                               wait_recorded)
 
 # How far ahead of the new server's clock the old server's was: its last ids are that far in
 # the new server's future.
@@ -239,9 +240,7 @@ class PgUpgrade(ClusterTest):
         old.settings = {**FIXED, "cosid.namespace": "'web'"}
         old.write_settings()
         old.start()
-        wait_for(lambda: old.query("SELECT count(*) FROM cosid.default_namespace "
-                                   "WHERE namespace = 'orders'") == "1", 30,
-                 "the history's namespaces in cosid.default_namespace")
+        wait_recorded(old, "orders")
         if old.query("SELECT count(*) FROM pg_attribute WHERE attrelid >= 16384 "
                      "AND attoptions::text LIKE '%pg_attver=%'") != "0":
             old.query("UPDATE pg_attribute SET attoptions = (SELECT array_agg(o) FROM "

@@ -573,6 +573,18 @@ def server_says(cluster, sql, db="postgres"):
     return result.stderr
 
 
+def wait_recorded(cluster, namespace, timeout=30):
+    """Waits until cosid.default_namespace records that the default generator used `namespace`
+    (at once where the table does not exist: a build of before it, which a test is run against
+    to show what it catches)."""
+    if cluster.query("SELECT to_regclass('cosid.default_namespace') IS NULL") == "t":
+        return
+    wait_for(lambda: cluster.query(
+        "SELECT EXISTS (SELECT FROM cosid.default_namespace "
+        f"WHERE namespace = '{namespace}')") == "t", timeout,
+        f"{namespace} in cosid.default_namespace")
+
+
 def wait_for_answer(cluster, sql, allowed, timeout=30):
     """The rows of `sql` once it answers; until then it may fail only with the SQLSTATEs in
     `allowed` (a generator just created is not known yet, or has no lease yet)."""
