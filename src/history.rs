@@ -17,7 +17,7 @@ use cosid_core::layout::Layout;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
 pub use crate::local_state::{GENERATION_FILE, HISTORY_FILE};
@@ -337,9 +337,11 @@ pub fn floor_ahead_ms(slot: &crate::shmem::GeneratorSlot) -> Option<i64> {
     (first_ms > unix_ms_now()).then_some(first_ms)
 }
 
-/// Whether `cosid.default_namespace` is the extension's own table in this database: a role that
-/// may create schemas could otherwise plant one that a superuser session would write to.
-const RECORD_TABLE_INSTALLED: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_depend d \
+/// The oid of `cosid.default_namespace` if it is the extension's own table in this database (a
+/// role that may create schemas could otherwise plant one that a superuser session would
+/// write to), else none.
+const RECORD_TABLE_INSTALLED: &str =
+    "SELECT (SELECT c.oid::pg_catalog.int8 FROM pg_catalog.pg_depend d \
      JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid \
      JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid \
      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
@@ -349,9 +351,10 @@ const RECORD_TABLE_INSTALLED: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_d
      AND c.relkind OPERATOR(pg_catalog.=) 'r' AND n.nspname OPERATOR(pg_catalog.=) 'cosid' \
      AND c.relname OPERATOR(pg_catalog.=) 'default_namespace')";
 
-/// Set once this process has copied the history's definitions into `cosid.default_namespace`:
-/// the history changes only as the server starts and stops.
-static RECORDED_IN_DATABASE: AtomicBool = AtomicBool::new(false);
+/// The oid of the `cosid.default_namespace` this process copied the history's definitions into
+/// (0: none yet): the history changes only as the server starts and stops, and a table made
+/// again (`DROP EXTENSION`, then `CREATE EXTENSION`) is copied into again.
+static RECORDED_IN_DATABASE: AtomicI64 = AtomicI64::new(0);
 
 /// Copies every namespace and layout the history records into `cosid.default_namespace` of
 /// `cosid.database`, once per process, by the process that manages named generators: WAL
@@ -363,69 +366,86 @@ static RECORDED_IN_DATABASE: AtomicBool = AtomicBool::new(false);
 /// generator refuses then.
 pub fn record_in_database() -> Result<(), String> {
     // SAFETY: RecoveryInProgress only reads shared state.
-    if RECORDED_IN_DATABASE.load(Ordering::Relaxed) || unsafe { pg_sys::RecoveryInProgress() } {
+    if unsafe { pg_sys::RecoveryInProgress() } {
         return Ok(());
     }
     let Ok(Some(record)) = read() else {
         return Ok(());
     };
+    // SAFETY: reads the encoding of the database this process is connected to.
+    let utf8 = unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_UTF8 as i32;
+    // In a database whose encoding is not UTF8 a named generator's namespace is ASCII
+    // (`check_namespace`): no other namespace can be refused there, nor stored as it is.
     let definitions: Vec<(String, String)> = record
         .definitions()
         .into_iter()
+        .filter(|(namespace, _)| utf8 || namespace.is_ascii())
         .map(|(namespace, layout)| (namespace.to_string(), layout.describe()))
         .collect();
+    let recorded = RECORDED_IN_DATABASE.load(Ordering::Relaxed);
     let written = crate::store::local::in_transaction(
         std::time::Duration::from_millis(500),
         move |client| {
-            if !record_table_installed(client)? {
-                return Ok(false);
+            let table = record_table_installed(client)?;
+            if table == 0 || table == recorded {
+                return Ok(table);
             }
+            // Committed only once a synchronous standby has it too: a failover to it must not
+            // forget what the primary issued ids in.
+            client
+                .update("SET LOCAL synchronous_commit = on", None, &[])
+                .map_err(|e| e.to_string())?;
             for (namespace, layout) in &definitions {
                 let args: Vec<pgrx::datum::DatumWithOid> =
                     vec![namespace.as_str().into(), layout.as_str().into()];
                 client
                     .update(
                         "INSERT INTO cosid.default_namespace (namespace, layout) \
-                         VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                         SELECT $1, $2 WHERE NOT EXISTS (SELECT FROM cosid.default_namespace \
+                         WHERE namespace OPERATOR(pg_catalog.=) $1 \
+                         AND layout OPERATOR(pg_catalog.=) $2)",
                         None,
                         &args,
                     )
                     .map_err(|e| e.to_string())?;
             }
-            Ok(true)
+            Ok(table)
         },
     )?;
     RECORDED_IN_DATABASE.store(written, Ordering::Relaxed);
     Ok(())
 }
 
-fn record_table_installed(client: &SpiClient<'_>) -> Result<bool, String> {
+/// The oid of the extension's `cosid.default_namespace` here, 0 when there is none.
+fn record_table_installed(client: &SpiClient<'_>) -> Result<i64, String> {
     Ok(client
         .select(RECORD_TABLE_INSTALLED, None, &[])
         .map_err(|e| e.to_string())?
         .first()
-        .get::<bool>(1)
+        .get::<i64>(1)
         .map_err(|e| e.to_string())?
-        .unwrap_or(false))
+        .unwrap_or(0))
 }
 
 /// The namespaces `cosid.default_namespace` records, in this database's transaction (none where
 /// the extension's table is not installed).
 pub fn recorded_in_database(client: &SpiClient<'_>) -> Result<Vec<String>, String> {
-    if !record_table_installed(client)? {
+    if record_table_installed(client)? == 0 {
         return Ok(Vec::new());
     }
     let mut namespaces = Vec::new();
+    // As UTF-8 whatever the database's encoding.
     for row in client
         .select(
-            "SELECT DISTINCT namespace FROM cosid.default_namespace",
+            "SELECT DISTINCT pg_catalog.convert_to(namespace, 'UTF8') \
+             FROM cosid.default_namespace",
             None,
             &[],
         )
         .map_err(|e| e.to_string())?
     {
-        if let Some(namespace) = row.get::<String>(1).map_err(|e| e.to_string())? {
-            namespaces.push(namespace);
+        if let Some(bytes) = row.get::<Vec<u8>>(1).map_err(|e| e.to_string())? {
+            namespaces.push(String::from_utf8_lossy(&bytes).into_owned());
         }
     }
     Ok(namespaces)

@@ -112,11 +112,11 @@ SELECT pg_catalog.pg_extension_config_dump('cosid.generator_name', '');
 -- files put back from an older backup), and a named generator in one of them could repeat the
 -- default generator's ids. The worker that manages named generators adds the history's
 -- namespaces each time it starts.
+-- No key: a restored dump adds its rows to those the worker wrote, and nothing is lost.
 CREATE TABLE cosid.default_namespace (
     namespace     text        NOT NULL,
     layout        text        NOT NULL,
-    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (namespace, layout)
+    first_used_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE cosid.default_namespace IS 'Every namespace and layout the default cosid generator of this server issued ids in (the data directory''s cosid.history, kept where copies of the database carry it). Rows cannot be deleted: no named generator is created in these namespaces.';
 CREATE TRIGGER default_namespace_kept BEFORE DELETE ON cosid.default_namespace

@@ -380,6 +380,7 @@ class DefaultGeneratorHistory(ClusterTest):
         while time.monotonic() - started < 2:
             default_ids += [int(v) for v in primary.query(
                 "SELECT cosid_next() FROM generate_series(1, 2000)").split()]
+        wait_recorded(primary, "orders")
         primary.stop()
         primary.settings = {**fixed, "cosid.namespace": "'web'"}
         primary.write_settings()
