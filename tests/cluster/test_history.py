@@ -4,13 +4,13 @@ on real servers: a clean stop, then another namespace and an epoch moved forward
 until they are above the old ones, also across a kill -9 meanwhile); and a kill -9 under the old
 settings, after which the change is refused until the server stopped cleanly with them."""
 
-import datetime
 import json
 import time
 
 from helpers.clients import LoopingClients, duplicates
 from helpers.faults import fake_clock, set_clock_offset
-from helpers.leases import FAST_LEASES, lease_cluster, try_next, ts_ms_of, wait_up
+from helpers.leases import (FAST_LEASES, epoch_dating_now_as, lease_cluster, try_next,
+                            ts_ms_of, wait_up)
 from helpers.pgcluster import Cluster, ClusterTest, SqlError, free_port, wait_for, wait_recorded
 from helpers.replication import start_standby
 
@@ -23,6 +23,7 @@ AHEAD_S = 30
 
 def ids_of(sessions):
     return [value for session in sessions for value in session.ids]
+
 
 
 class DefaultGeneratorHistory(ClusterTest):
@@ -237,13 +238,12 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.start()
         # An epoch that dates this moment's ids as the middle of the default generator's.
         middle_ms = ts_ms_of(default_ids[len(default_ids) // 2])
-        epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
-        epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+        epoch = epoch_dating_now_as(middle_ms)
         legacy_ids = []
         refusal = None
         try:
             cluster.query(f"SELECT cosid_create_generator('legacy', namespace => 'orders', "
-                          f"epoch => '{epoch.isoformat(timespec='milliseconds')}')")
+                          f"epoch => '{epoch}')")
             legacy = wait_for(lambda: try_next(cluster, "SELECT cosid_next('legacy')")[0], 30,
                               "generator legacy")
             legacy_ids = [legacy] + [int(v) for v in cluster.query(
@@ -297,12 +297,11 @@ class DefaultGeneratorHistory(ClusterTest):
         def create_legacy(name, namespace="orders"):
             """The named generator in 'orders' with an epoch that dates this moment's ids as
             the middle of the default generator's: its ids if it was created, else the error."""
-            epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
-            epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+            epoch = epoch_dating_now_as(middle_ms)
             try:
                 cluster.query(f"SELECT cosid_create_generator('{name}', "
                               f"namespace => '{namespace}', "
-                              f"epoch => '{epoch.isoformat(timespec='milliseconds')}')")
+                              f"epoch => '{epoch}')")
             except SqlError as error:
                 return [], error
             if namespace != "orders":
@@ -392,13 +391,12 @@ class DefaultGeneratorHistory(ClusterTest):
         standby.query("SELECT pg_promote()")
         wait_for(lambda: standby.query("SELECT pg_is_in_recovery()") == "f", 30, "the promotion")
         middle_ms = ts_ms_of(default_ids[len(default_ids) // 2])
-        epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
-        epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+        epoch = epoch_dating_now_as(middle_ms)
         legacy_ids = []
         refusal = None
         try:
             standby.query(f"SELECT cosid_create_generator('legacy', namespace => 'orders', "
-                          f"epoch => '{epoch.isoformat(timespec='milliseconds')}')")
+                          f"epoch => '{epoch}')")
             legacy = wait_for(lambda: try_next(standby, "SELECT cosid_next('legacy')")[0], 30,
                               "generator legacy")
             legacy_ids = [legacy] + [int(v) for v in standby.query(
@@ -500,13 +498,12 @@ class DefaultGeneratorHistory(ClusterTest):
         cluster.query("CREATE EXTENSION cosid", db="db_b")
         wait_up(cluster)
         middle_ms = ts_ms_of(old_ids[len(old_ids) // 2])
-        epoch_ms = EPOCH_MS + int(time.time() * 1000) - middle_ms
-        epoch = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.timezone.utc)
+        epoch = epoch_dating_now_as(middle_ms)
         new_ids = []
         refusal = None
         try:
             cluster.query("SELECT cosid_create_generator('orders', epoch => "
-                          f"'{epoch.isoformat(timespec='milliseconds')}')", db="db_b")
+                          f"'{epoch}')", db="db_b")
             wait_for(lambda: try_next(cluster, "SELECT cosid_next('orders')")[0], 30, "orders")
             started = time.monotonic()
             while time.monotonic() - started < 2:

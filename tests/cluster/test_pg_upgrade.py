@@ -15,6 +15,7 @@ import unittest
 from pathlib import Path
 
 from helpers.faults import fake_clock
+from helpers.leases import epoch_dating_now_as, ts_ms_of
 from helpers.pgcluster import (PG_MAJOR, ROOT, Cluster, ClusterTest, SqlError, as_postgres,
                                chown_to_postgres, free_port, wait_for, wait_for_answer,
                                wait_recorded)
@@ -58,6 +59,17 @@ def initdb_options(version):
     return ["--no-data-checksums"] if version >= 18 else []
 
 
+def clear_pg_attver(old):
+    """PostgreSQL 15.20 gives every column the option pg_attver, which the 16.14 here does not
+    know: its pg_upgrade fails on any table, cosid's or not ("unrecognized parameter"). The old
+    cluster's user tables are cleared of it."""
+    if old.query("SELECT count(*) FROM pg_attribute WHERE attrelid >= 16384 "
+                 "AND attoptions::text LIKE '%pg_attver=%'") != "0":
+        old.query("UPDATE pg_attribute SET attoptions = (SELECT array_agg(o) FROM "
+                  "unnest(attoptions) o WHERE o NOT LIKE 'pg_attver=%') "
+                  "WHERE attrelid >= 16384 AND attoptions::text LIKE '%pg_attver=%'")
+
+
 def ids(cluster, generator):
     call = "cosid_next()" if generator == "default" else f"cosid_next('{generator}')"
     return [int(value) for value in cluster.query(
@@ -79,14 +91,7 @@ class PgUpgrade(ClusterTest):
         old.query("SELECT cosid_create_generator('orders', 'millisecond', namespace => 'orders')")
         wait_for_answer(old, "SELECT cosid_next('orders')", ("55P03", "42704"))
         issued = {generator: ids(old, generator) for generator in ("default", "orders")}
-        if old.query("SELECT count(*) FROM pg_attribute WHERE attrelid >= 16384 "
-                     "AND attoptions::text LIKE '%pg_attver=%'") != "0":
-            # PostgreSQL 15.20 gives every column the option pg_attver, which the 16.14 here
-            # does not know: its pg_upgrade fails on any table, cosid's or not ("unrecognized
-            # parameter"). The old cluster's user tables are cleared of it.
-            old.query("UPDATE pg_attribute SET attoptions = (SELECT array_agg(o) FROM "
-                      "unnest(attoptions) o WHERE o NOT LIKE 'pg_attver=%') "
-                      "WHERE attrelid >= 16384 AND attoptions::text LIKE '%pg_attver=%'")
+        clear_pg_attver(old)
         old.stop()
         for file in (*STATE_FILES, HISTORY_FILE):
             self.assertTrue((old.data / file).exists(), file)
@@ -241,11 +246,7 @@ class PgUpgrade(ClusterTest):
         old.write_settings()
         old.start()
         wait_recorded(old, "orders")
-        if old.query("SELECT count(*) FROM pg_attribute WHERE attrelid >= 16384 "
-                     "AND attoptions::text LIKE '%pg_attver=%'") != "0":
-            old.query("UPDATE pg_attribute SET attoptions = (SELECT array_agg(o) FROM "
-                      "unnest(attoptions) o WHERE o NOT LIKE 'pg_attver=%') "
-                      "WHERE attrelid >= 16384 AND attoptions::text LIKE '%pg_attver=%'")
+        clear_pg_attver(old)
         old.stop()
         new = self.upgrade(old, 16, 26052, preload_while_upgrading=True)
         new.settings = {**FIXED, "cosid.namespace": "'web'"}
@@ -254,10 +255,7 @@ class PgUpgrade(ClusterTest):
         shutil.rmtree(old.data)
         (new.data / "cosid.upgraded").unlink()
         new.start()
-        middle_ms = (issued[len(issued) // 2] >> 22) + 1_577_203_200_000
-        epoch_ms = 1_577_203_200_000 + int(time.time() * 1000) - middle_ms
-        epoch = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms // 1000))
-        epoch += f".{epoch_ms % 1000:03d}Z"
+        epoch = epoch_dating_now_as(ts_ms_of(issued[len(issued) // 2]))
         legacy = []
         refusal = None
         try:

@@ -2,6 +2,9 @@
 guard, so generation stops 3.6 s after the last renewal was sent, and renewals every 0.5 s), the
 parts of an id of the default layout, cosid.status, and claims made as another instance would."""
 
+import datetime
+import time
+
 from .pgcluster import Cluster, SqlError, free_port, wait_for
 
 SAFE_GUARD_S = 4.0
@@ -21,6 +24,15 @@ def machine_of(value, sequence_bits=SEQUENCE_BITS, mask=MACHINE_MASK):
 
 def ts_ms_of(value, shift=22, epoch_ms=1_577_203_200_000):
     return (value >> shift) + epoch_ms
+
+
+def epoch_dating_now_as(unix_ms, epoch_ms=1_577_203_200_000):
+    """An epoch (ISO-8601, to the millisecond) under which this moment's ids carry the
+    timestamp bits that `unix_ms`'s carried under CosId's epoch: a named generator with it
+    issues those ids again, unless it is refused."""
+    later_ms = epoch_ms + int(time.time() * 1000) - unix_ms
+    return datetime.datetime.fromtimestamp(
+        later_ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def status(cluster):
